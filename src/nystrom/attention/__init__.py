@@ -1,0 +1,16 @@
+"""Attention modules behind one interface (:class:`AttentionBase`) and a plain dict registry.
+
+``REGISTRY[name](dim, *, heads, dim_head, <variant options>)`` builds a module whose
+``forward(x (b, n, dim), key_padding_mask=None (b, n) bool)`` returns (b, n, dim).
+"""
+
+from nystrom.attention.base import AttentionBase
+from nystrom.attention.nystrom import NystromAttention
+from nystrom.attention.softmax import SoftmaxAttention
+
+REGISTRY: dict[str, type[AttentionBase]] = {
+    "nystrom": NystromAttention,
+    "softmax": SoftmaxAttention,
+}
+
+__all__ = ["REGISTRY", "AttentionBase", "NystromAttention", "SoftmaxAttention"]

@@ -1,0 +1,94 @@
+"""The one interface every attention variant implements.
+
+Legend: b batch, n tokens, h heads, d head dim, e model dim (``dim``).
+
+A variant subclasses :class:`AttentionBase` and implements :meth:`AttentionBase.core`, which maps
+per-head ``q, k, v`` of shape ``(b, h, n, d)`` to ``(b, h, n, d)``. The base owns the fused q/k/v
+projection, the output projection, dropout and input validation, so every variant is constructed as
+``cls(dim, *, heads, dim_head, <variant options>)`` and called as ``forward(x, key_padding_mask=None)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nystrom.functional.checks import check_key_padding_mask
+
+
+class AttentionBase(nn.Module):
+    """Multi-head self-attention shell: ``x (b, n, e) -> (b, n, e)``.
+
+    Args:
+        dim: model width e.
+        heads: number of heads h.
+        dim_head: per-head width d.
+        conv_kernel_size: odd kernel length of the depthwise convolution of V over the sequence that is
+            added to the attention output as a skip connection (the paper's), or None for none.
+        qkv_bias: whether the q/k/v projection has a bias (BERT/HF checkpoints do).
+        dropout: dropout on the output projection.
+    """
+
+    #: the registry name of the variant (set by subclasses)
+    name: str = ""
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        heads: int = 8,
+        dim_head: int = 64,
+        conv_kernel_size: int | None = None,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        for arg, val in (("dim", dim), ("heads", heads), ("dim_head", dim_head)):
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"{arg} must be a positive int, got {val!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.dim, self.heads, self.dim_head = dim, heads, dim_head
+        inner = heads * dim_head
+        self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)  # one GEMM for q, k and v
+        self.out = nn.Linear(inner, dim)
+        self.dropout = nn.Dropout(dropout)
+        self.conv_kernel_size = conv_kernel_size
+        self.conv: nn.Conv2d | None = None
+        if conv_kernel_size is not None:
+            if not isinstance(conv_kernel_size, int) or conv_kernel_size < 1 or conv_kernel_size % 2 == 0:
+                raise ValueError(f"conv_kernel_size must be an odd positive int or None, got {conv_kernel_size!r}")
+            # (h, 1, k, 1) weights: the layout of HF's `attention.self.conv.weight`, one filter per head.
+            self.conv = nn.Conv2d(
+                heads, heads, (conv_kernel_size, 1), padding=(conv_kernel_size // 2, 0), groups=heads, bias=False
+            )
+
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """Per-head attention ``(b, h, n, d) x3 -> (b, h, n, d)``; ``key_padding_mask`` (b, n) bool, True = real."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` (b, n, dim), ``key_padding_mask`` (b, n) bool with True = real token -> (b, n, dim)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (batch, tokens, {self.dim}), got {shape}")
+        if not x.is_floating_point():
+            raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+        b, n, _ = x.shape
+        key_padding_mask = check_key_padding_mask(key_padding_mask, b, n, x.device)
+        qkv = self.qkv(x).unflatten(-1, (3, self.heads, self.dim_head))  # (b, n, 3, h, d)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, n, d), views, no copy
+        o = self.core(q, k, v, key_padding_mask)  # (b, h, n, d)
+        if self.conv is not None:
+            if key_padding_mask is not None:  # padding must not leak into real tokens through the conv
+                v = v.masked_fill(~key_padding_mask[:, None, :, None], 0)
+            o = o + self.conv(v.to(self.conv.weight.dtype) if not torch.is_autocast_enabled() else v)  # (b, h, n, d)
+        o = o.transpose(1, 2).flatten(2)  # (b, n, h*d); free when core wrote a (b, n, h, d) buffer
+        return self.dropout(self.out(o))
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"
+        )

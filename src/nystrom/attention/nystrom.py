@@ -1,0 +1,78 @@
+"""Nyström self-attention module (Xiong et al. 2021). Legend: b batch, h heads, n tokens, m landmarks, d head dim."""
+
+from __future__ import annotations
+
+import torch
+
+from nystrom.attention.base import AttentionBase
+from nystrom.functional.attention import PINV_METHODS, nystrom_attention
+from nystrom.functional.checks import check_choice, check_positive_int
+from nystrom.functional.pinv import PINV_INITS
+
+
+class NystromAttention(AttentionBase):
+    """Multi-head Nyström self-attention: ``x (b, n, dim) -> (b, n, dim)`` in O(n) time and memory.
+
+    Args:
+        dim: model width.
+        heads, dim_head: h and d.
+        num_landmarks: m segment-means landmarks (n need not divide by m).
+        pinv_iterations: iterations of the Moore–Penrose approximation.
+        pinv_init: ``"per_matrix"`` (default; batch-independent) or ``"original"`` (public-code parity).
+        pinv: ``"iterative"`` (the paper) or ``"exact"`` (SVD pseudo-inverse).
+        conv_kernel_size: depthwise conv skip over V (odd), None = off. The paper uses 33 (LRA: 35).
+        qkv_bias: bias on the q/k/v projection.
+        dropout: dropout on the output projection.
+        causal: must be False (raises): segment-means landmarks see the whole sequence.
+    """
+
+    name = "nystrom"
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        heads: int = 8,
+        dim_head: int = 64,
+        num_landmarks: int = 64,
+        pinv_iterations: int = 6,
+        pinv_init: str = "per_matrix",
+        pinv: str = "iterative",
+        conv_kernel_size: int | None = 33,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+        causal: bool = False,
+    ) -> None:
+        if causal:
+            raise ValueError(
+                "causal=True is not supported by NystromAttention: segment-means landmarks mix future tokens"
+                " into every output; the method is bidirectional. Use SoftmaxAttention for causal models."
+            )
+        super().__init__(
+            dim, heads=heads, dim_head=dim_head, conv_kernel_size=conv_kernel_size, qkv_bias=qkv_bias, dropout=dropout
+        )
+        self.num_landmarks = check_positive_int("num_landmarks", num_landmarks)
+        self.pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations, minimum=0)
+        self.pinv_init = check_choice("pinv_init", pinv_init, PINV_INITS)
+        self.pinv = check_choice("pinv", pinv, PINV_METHODS)
+
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """(b, h, n, d) x3 -> (b, h, n, d)."""
+        return nystrom_attention(
+            q,
+            k,
+            v,
+            num_landmarks=self.num_landmarks,
+            key_padding_mask=key_padding_mask,
+            pinv_iterations=self.pinv_iterations,
+            pinv=self.pinv,
+            pinv_init=self.pinv_init,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"{super().extra_repr()}, num_landmarks={self.num_landmarks}, pinv={self.pinv}, "
+            f"pinv_iterations={self.pinv_iterations}, pinv_init={self.pinv_init}"
+        )

@@ -1,0 +1,26 @@
+"""Pure tensor maths: landmarks, pseudo-inverse, attention formulas. Shapes: b, h, n, m, d (see modules)."""
+
+from nystrom.functional.attention import (
+    PINV_METHODS,
+    nystrom_attention,
+    nystrom_attention_materialized,
+    nystrom_factors,
+    softmax_attention,
+)
+from nystrom.functional.kernels import short_key_attention
+from nystrom.functional.landmarks import landmark_assignment, segment_means
+from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
+
+__all__ = [
+    "PINV_INITS",
+    "PINV_METHODS",
+    "exact_pinv",
+    "iterative_pinv",
+    "landmark_assignment",
+    "nystrom_attention",
+    "nystrom_attention_materialized",
+    "nystrom_factors",
+    "segment_means",
+    "short_key_attention",
+    "softmax_attention",
+]

@@ -1,0 +1,81 @@
+"""Segment-means landmarks that respect padding and any sequence length.
+
+Legend: b batch, h heads, n tokens, m landmarks, d head dim, L real tokens of one sample.
+
+Landmark j of a sample is the mean of its real tokens whose rank r among the sample's L real tokens
+satisfies floor(r·m/L) = j. With no padding and m | n this is exactly the paper's contiguous
+segment-means; n need not divide by m; padding never enters a landmark; when L ≤ m every real token is
+its own landmark and the landmarks no token maps to are reported as invalid in the landmark mask.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nystrom.functional.checks import check_key_padding_mask, check_positive_int
+
+
+def landmark_assignment(
+    key_padding_mask: torch.Tensor | None, b: int, n: int, m: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Map every token to its landmark.
+
+    Returns ``seg`` (b, n) int64 with values in [0, m] (m = padding, belongs to no landmark) and
+    ``counts`` (b, m) int64, the number of real tokens in each landmark.
+    """
+    if key_padding_mask is None:
+        real = torch.ones(b, n, dtype=torch.bool, device=device)
+    else:
+        real = key_padding_mask
+    length = real.sum(-1, keepdim=True)  # (b, 1) = L
+    rank = real.long().cumsum(-1) - 1  # (b, n) rank among real tokens
+    seg = torch.where(real, (rank * m) // length, m)  # (b, n) floor(r·m/L), exact in integers
+    counts = torch.zeros(b, m + 1, dtype=torch.long, device=device)
+    counts.scatter_add_(1, seg, torch.ones_like(seg))
+    return seg, counts[:, :m]
+
+
+def _segment_means(
+    x: torch.Tensor, m: int, key_padding_mask: torch.Tensor | None, acc_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unchecked core of :func:`segment_means`; sums in ``acc_dtype``. Returns (b, h, m, d), (b, m)."""
+    b, h, n, d = x.shape
+    if key_padding_mask is None and n % m == 0:
+        # The paper's contiguous segments: a free view and one reduction, no index traffic.
+        means = x.unflatten(2, (m, n // m)).mean(3, dtype=acc_dtype)  # (b, h, m, d)
+        return means, torch.ones(b, m, dtype=torch.bool, device=x.device)
+    seg, counts = landmark_assignment(key_padding_mask, b, n, m, x.device)
+    # Rows of (b·n, h·d) are contiguous runs for both (b, h, n, d) tensors and head views of a fused
+    # (b, n, 3, h, d) projection, so this reshape is usually a view and index_add_ streams whole rows.
+    rows = x.permute(0, 2, 1, 3).reshape(b * n, h * d).to(acc_dtype)  # (b·n, h·d)
+    index = (seg + torch.arange(b, device=x.device)[:, None] * (m + 1)).reshape(-1)  # (b·n,)
+    sums = rows.new_zeros(b * (m + 1), h * d).index_add_(0, index, rows)  # (b·(m+1), h·d)
+    sums = sums.view(b, m + 1, h, d)[:, :m].permute(0, 2, 1, 3)  # (b, h, m, d)
+    means = sums / counts.clamp(min=1).to(acc_dtype)[:, None, :, None]  # empty landmarks stay 0
+    return means, counts > 0
+
+
+def segment_means(
+    x: torch.Tensor, num_landmarks: int, key_padding_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Segment-means landmarks of ``x``.
+
+    Args:
+        x: (b, h, n, d) queries or keys.
+        num_landmarks: m ≥ 1.
+        key_padding_mask: optional bool (b, n), True = real token.
+
+    Returns:
+        ``(landmarks, landmark_mask)``: (b, h, m, d) in ``x``'s dtype (means accumulated in float32 for
+        half-precision inputs) and bool (b, m), False for landmarks that no real token maps to.
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape (batch, heads, tokens, head_dim), got {shape}")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    m = check_positive_int("num_landmarks", num_landmarks)
+    mask = check_key_padding_mask(key_padding_mask, x.shape[0], x.shape[2], x.device)
+    acc = torch.promote_types(x.dtype, torch.float32)
+    means, lmask = _segment_means(x, m, mask, acc)
+    return means.to(x.dtype), lmask
