@@ -1,0 +1,104 @@
+"""Longformer sliding-window attention (Beltagy et al. 2020), chunked to O(n·w) memory.
+
+Legend: b batch, h heads, n tokens, d head dim, dv value dim, w window size (odd, ``2r + 1``),
+r one-sided radius, c block size (>= r), nb number of blocks, t = 3c keys seen by one block.
+
+Query i attends to keys j with ``|i - j| <= r`` (itself included). The sequence is padded to nb blocks of
+c tokens; block z attends to blocks z-1, z, z+1 (t = 3c keys), which covers every window because c >= r.
+Out-of-window, out-of-range and padded keys are masked inside those (c, 3c) score tiles, so no (n, n)
+tensor (scores or mask) is ever built. Global tokens are not implemented.
+
+Padding is exact: a padded key gets zero weight from every query that has a real key in its window, so
+a row padded at its end equals the same row run at its real length. A query whose window holds no real
+key (a padded query far from any real token) gets a finite, meaningless output instead of NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv
+
+#: smallest block size: tiny windows would otherwise mean thousands of tiny matmuls
+_MIN_BLOCK = 16
+
+
+def _resolve_scale(scale: float | None, d: int) -> float:
+    """``scale`` as a positive finite float; None means ``1/sqrt(d)``."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if (
+        not isinstance(scale, (int, float))
+        or isinstance(scale, bool)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
+    return float(scale)
+
+
+def _neighbour_blocks(x: torch.Tensor) -> torch.Tensor:
+    """(..., nb + 2, c, *rest) blocks padded by one on each side -> (..., nb, 3c, *rest) for z-1, z, z+1."""
+    return torch.cat((x[..., :-2, :, :], x[..., 1:-1, :, :], x[..., 2:, :, :]), dim=-2)
+
+
+def sliding_window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    window_size: int = 257,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Local attention: each query sees the ``window_size`` keys centred on it.
+
+    Args:
+        q, k: (b, h, n, d); v: (b, h, n, dv).
+        window_size: odd w = 2r + 1 (257 = 128 each side + self, the Nyströmformer paper's setting).
+        key_padding_mask: (b, n) bool, True = real token, or None.
+        scale: logit scale, default ``1/sqrt(d)``.
+
+    Returns:
+        (b, h, n, dv).
+    """
+    b, _, n, d, _ = check_qkv(q, k, v)
+    check_positive_int("window_size", window_size)
+    if window_size % 2 == 0:
+        raise ValueError(f"window_size must be odd (2 * radius + 1, centred on the query), got {window_size}")
+    mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
+    scale = _resolve_scale(scale, d)
+    r = window_size // 2
+    c = max(r, _MIN_BLOCK)
+    nb = -(-n // c)
+    pad = nb * c - n
+
+    def blocks(x: torch.Tensor) -> torch.Tensor:
+        # one zero block before, zeros to a block multiple plus one block after
+        x = torch.nn.functional.pad(x, (0, 0, c, pad + c))  # (b, h, (nb + 2) c, d)
+        return x.unflatten(2, (nb + 2, c))  # (b, h, nb + 2, c, d)
+
+    q_b = (torch.nn.functional.pad(q, (0, 0, 0, pad)) if pad else q).unflatten(2, (nb, c))  # (b, h, nb, c, d)
+    k_w = _neighbour_blocks(blocks(k))  # (b, h, nb, t, d)
+    v_w = _neighbour_blocks(blocks(v))  # (b, h, nb, t, dv)
+
+    # key validity in padded coordinates: inside [0, n) and real
+    valid = torch.zeros(b, (nb + 2) * c, dtype=torch.bool, device=q.device)
+    valid[:, c : c + n] = True if mask is None else mask
+    valid = valid.unflatten(1, (nb + 2, c)).unsqueeze(-1)  # (b, nb + 2, c, 1)
+    valid = _neighbour_blocks(valid).squeeze(-1)  # (b, nb, t)
+    if mask is None:
+        valid = valid[:1]  # identical for every batch row
+    pos_q = torch.arange(c, device=q.device)[:, None]  # (c, 1) query offset in its block
+    pos_k = torch.arange(3 * c, device=q.device)[None, :] - c  # (1, t) key offset from the block start
+    band = (pos_k - pos_q).abs() <= r  # (c, t)
+    allowed = band & valid[:, :, None, :]  # (b or 1, nb, c, t)
+
+    scores = (q_b @ k_w.mT) * scale  # (b, h, nb, c, t)
+    # finite fill: a row with no allowed key becomes uniform instead of NaN; in place saves one copy
+    scores.masked_fill_(~allowed[:, None], torch.finfo(scores.dtype).min)
+    attn = torch.softmax(scores, dim=-1)  # (b, h, nb, c, t)
+    out = attn @ v_w  # (b, h, nb, c, dv)
+    return out.flatten(2, 3)[:, :, :n]  # (b, h, n, dv)

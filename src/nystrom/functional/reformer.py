@@ -1,0 +1,136 @@
+"""Reformer LSH attention (Kitaev et al. 2020) with shared query/key.
+
+Legend: b batch, h heads, n tokens, d head dim, dv value dim, r hash rounds, u buckets (even),
+c bucket (chunk) size, nc chunks per round, np = nc * c padded length.
+
+Per round: angular LSH ``bucket(x) = argmax([x R; -x R])`` with a random rotation R (d, u/2); tokens are
+sorted by (bucket, position) and cut into chunks of c; each chunk attends to itself and to the previous
+chunk (chunk 0 to the last one, as Reformer's look-one-back). Keys are the *normalised* queries
+(shared-QK), a token attends to itself only when no other key is available (its logit is set to
+-5e4, Reformer's value), and the r rounds are combined with weights ``softmax_r(logsumexp of round r)``.
+Duplicate (query, key) pairs across rounds are not de-duplicated (Reformer's default behaviour).
+
+Padding is exact: padded tokens (and the zeros that pad n to a multiple of c) get the bucket id u, so
+they sort after every real token and never displace one; inside each chunk padded keys are masked below
+the self logit. A real token's output therefore never depends on padded tokens' content.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv
+
+#: logit of a token attending to itself: low enough to lose against any real key, above padding
+SELF_LOGIT = -5e4
+
+
+def _resolve_scale(scale: float | None, d: int) -> float:
+    """``scale`` as a positive finite float; None means ``1/sqrt(d)``."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if (
+        not isinstance(scale, (int, float))
+        or isinstance(scale, bool)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
+    return float(scale)
+
+
+def lsh_num_buckets(n: int, bucket_size: int) -> int:
+    """Buckets for n tokens: one per chunk of ``bucket_size``, rounded up to an even number >= 2."""
+    chunks = -(-n // bucket_size)
+    return max(2, chunks + chunks % 2)
+
+
+def random_rotations(
+    n_hashes: int, dim: int, n_buckets: int, *, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Gaussian rotations R (r, d, u/2) float32 on CPU for angular LSH with u (even) buckets."""
+    check_positive_int("n_hashes", n_hashes)
+    check_positive_int("dim", dim)
+    if not isinstance(n_buckets, int) or n_buckets < 2 or n_buckets % 2:
+        raise ValueError(f"n_buckets must be an even int >= 2, got {n_buckets!r}")
+    return torch.randn(n_hashes, dim, n_buckets // 2, generator=generator)
+
+
+def lsh_buckets(x: torch.Tensor, rotations: torch.Tensor) -> torch.Tensor:
+    """Angular LSH bucket ids: x (b, h, n, d), rotations (r, d, u/2) -> (b, h, r, n) int64 in [0, u)."""
+    rotated = torch.einsum("bhnd,rdk->bhrnk", x, rotations.to(x.dtype))  # (b, h, r, n, u/2)
+    return torch.cat((rotated, -rotated), dim=-1).argmax(-1)  # (b, h, r, n)
+
+
+def _look_one_back(x: torch.Tensor) -> torch.Tensor:
+    """(b, h, r, nc, c, ...) -> (b, h, r, nc, 2c, ...): each chunk followed by the previous one."""
+    return torch.cat((x, x.roll(1, dims=3)), dim=4)
+
+
+def lsh_attention(
+    qk: torch.Tensor,
+    v: torch.Tensor,
+    rotations: torch.Tensor,
+    *,
+    bucket_size: int = 64,
+    key_padding_mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Shared-QK LSH attention.
+
+    Args:
+        qk: (b, h, n, d) shared queries/keys (keys are ``qk / |qk|``); v: (b, h, n, dv).
+        rotations: (r, d, u/2), e.g. ``random_rotations(r, d, lsh_num_buckets(n, bucket_size))``.
+        bucket_size: chunk length c.
+        key_padding_mask: (b, n) bool, True = real token, or None.
+        scale: logit scale, default ``1/sqrt(d)``.
+
+    Returns:
+        (b, h, n, dv).
+    """
+    b, h, n, d, dv = check_qkv(qk, qk, v)
+    c = check_positive_int("bucket_size", bucket_size)
+    if not isinstance(rotations, torch.Tensor) or rotations.dim() != 3 or rotations.shape[1] != d:
+        shape = tuple(rotations.shape) if isinstance(rotations, torch.Tensor) else type(rotations).__name__
+        raise ValueError(f"rotations must have shape (n_hashes, {d}, n_buckets // 2), got {shape}")
+    mask = check_key_padding_mask(key_padding_mask, b, n, qk.device)
+    scale = _resolve_scale(scale, d)
+    r, u = rotations.shape[0], 2 * rotations.shape[2]
+    nc = -(-n // c)
+    n_pad = nc * c
+    dev = qk.device
+
+    qk = torch.nn.functional.pad(qk, (0, 0, 0, n_pad - n))  # (b, h, np, d)
+    v = torch.nn.functional.pad(v, (0, 0, 0, n_pad - n))  # (b, h, np, dv)
+    valid = torch.zeros(b, n_pad, dtype=torch.bool, device=dev)
+    valid[:, :n] = True if mask is None else mask
+
+    buckets = lsh_buckets(qk, rotations.to(dev))  # (b, h, r, np)
+    buckets = buckets.masked_fill(~valid[:, None, None, :], u)  # padding sorts after every real token
+    pos = torch.arange(n_pad, device=dev)
+    sticker = (buckets * n_pad + pos).argsort(dim=-1)  # (b, h, r, np) unique keys: deterministic order
+    undo = torch.empty_like(sticker).scatter_(-1, sticker, pos.expand_as(sticker))  # inverse permutation
+
+    def sort(x: torch.Tensor) -> torch.Tensor:  # (b, h, np, e) -> (b, h, r, nc, c, e) in sorted order
+        e = x.shape[-1]
+        x = x.unsqueeze(2).expand(b, h, r, n_pad, e)
+        return x.gather(3, sticker.unsqueeze(-1).expand(b, h, r, n_pad, e)).unflatten(3, (nc, c))
+
+    s_q = sort(qk)  # (b, h, r, nc, c, d)
+    s_k = _look_one_back(torch.nn.functional.normalize(s_q, p=2.0, dim=-1))  # (b, h, r, nc, 2c, d)
+    s_v = _look_one_back(sort(v))  # (b, h, r, nc, 2c, dv)
+    s_pos = sticker.unflatten(3, (nc, c))  # (b, h, r, nc, c)
+    s_valid = valid[:, None, None, :].expand(b, h, r, n_pad).gather(3, sticker).unflatten(3, (nc, c))
+
+    dots = (s_q @ s_k.mT) * scale  # (b, h, r, nc, c, 2c)
+    dots.masked_fill_(s_pos.unsqueeze(-1) == _look_one_back(s_pos).unsqueeze(-2), SELF_LOGIT)
+    dots.masked_fill_(~_look_one_back(s_valid).unsqueeze(-2), torch.finfo(dots.dtype).min)
+    lse = torch.logsumexp(dots, dim=-1, keepdim=True)  # (b, h, r, nc, c, 1)
+    s_out = torch.exp(dots - lse) @ s_v  # (b, h, r, nc, c, dv)
+
+    out = s_out.flatten(3, 4).gather(3, undo.unsqueeze(-1).expand(b, h, r, n_pad, dv))  # (b, h, r, np, dv)
+    lse = lse.flatten(3, 5).gather(3, undo)  # (b, h, r, np)
+    weights = torch.softmax(lse, dim=2).unsqueeze(-1)  # (b, h, r, np, 1) round weights
+    return (out * weights).sum(2)[:, :, :n]  # (b, h, n, dv)

@@ -1,0 +1,75 @@
+"""Float64 oracles written plainly, per sample and per head, independent of the library's code paths.
+
+Legend: b batch, h heads, n tokens, m landmarks, d head dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def softmax_oracle(q, k, v, mask=None):
+    """Exact softmax attention in float64: (b, h, n, d) -> (b, h, n, dv); padded keys excluded."""
+    q, k, v = q.double(), k.double(), v.double()
+    s = q @ k.mT / math.sqrt(q.shape[-1])  # (b, h, n, n)
+    if mask is not None:
+        s = s.masked_fill(~mask[:, None, None, :], float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def landmarks_oracle(x, m, mask=None):
+    """Per sample: real tokens ranked r = 0..L-1 go to landmark floor(r*m/L). Returns list of (h, m_valid, d), idx."""
+    out = []
+    b, h, n, d = x.shape
+    for i in range(b):
+        real = list(range(n)) if mask is None else [t for t in range(n) if mask[i, t]]
+        L = len(real)
+        groups: dict[int, list[int]] = {}
+        for r, t in enumerate(real):
+            groups.setdefault(math.floor(r * m / L), []).append(t)
+        idx = sorted(groups)
+        lm = torch.stack([x[i][:, groups[j]].double().mean(1) for j in idx], 1)  # (h, m_valid, d)
+        out.append((lm, idx))
+    return out
+
+
+def razavi_pinv(a, iters):
+    """Iterative pinv of one (m, m) matrix with its own Z0 (the paper's formula)."""
+    z = a.T / (a.abs().sum(0).max() * a.abs().sum(1).max())
+    eye = torch.eye(a.shape[0], dtype=a.dtype)
+    for _ in range(iters):
+        az = a @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    return z
+
+
+def nystrom_oracle(q, k, v, m, mask=None, pinv="exact", iters=6):
+    """Nyström formula materialised per sample/head in float64: F A⁺ B V (b, h, n, dv)."""
+    q, k, v = q.double(), k.double(), v.double()
+    b, h, n, d = q.shape
+    scale = 1 / math.sqrt(d)
+    qls, kls = landmarks_oracle(q, m, mask), landmarks_oracle(k, m, mask)
+    out = torch.zeros(b, h, n, v.shape[-1], dtype=torch.float64)
+    for i in range(b):
+        real = torch.ones(n, dtype=torch.bool) if mask is None else mask[i]
+        for j in range(h):
+            ql, kl = qls[i][0][j], kls[i][0][j]  # (m_valid, d)
+            f = torch.softmax(q[i, j] @ kl.T * scale, -1)  # (n, mv)
+            a = torch.softmax(ql @ kl.T * scale, -1)  # (mv, mv)
+            bm = torch.softmax((ql @ k[i, j][real].T) * scale, -1)  # (mv, L)
+            z = torch.linalg.pinv(a) if pinv == "exact" else razavi_pinv(a, iters)
+            out[i, j] = f @ z @ (bm @ v[i, j][real])
+    return out
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """‖a − b‖ / ‖b‖ in float64."""
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def right_pad_mask(lengths, n):
+    """bool (b, n): True for the first lengths[i] tokens."""
+    return torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]

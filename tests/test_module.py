@@ -1,0 +1,86 @@
+"""NystromAttention / SoftmaxAttention modules and the registry."""
+
+import inspect
+
+import pytest
+import torch
+from oracle import rel_err, softmax_oracle
+
+from nystrom import REGISTRY, NystromAttention, SoftmaxAttention
+from nystrom.attention import AttentionBase
+
+
+def test_registry_entries_share_the_interface():
+    assert REGISTRY["nystrom"] is NystromAttention and REGISTRY["softmax"] is SoftmaxAttention
+    for name, cls in REGISTRY.items():
+        assert issubclass(cls, AttentionBase) and cls.name == name
+        params = inspect.signature(cls.__init__).parameters
+        assert list(params)[:2] == ["self", "dim"]
+        for p in ("heads", "dim_head"):
+            assert params[p].kind is inspect.Parameter.KEYWORD_ONLY
+        assert list(inspect.signature(cls.forward).parameters) == ["self", "x", "key_padding_mask"]
+
+
+def test_softmax_module_matches_oracle_with_mask():
+    mod = SoftmaxAttention(24, heads=3, dim_head=8).double()
+    x = torch.randn(2, 11, 24, dtype=torch.float64)
+    mask = torch.arange(11)[None] < torch.tensor([[11], [6]])
+    out = mod(x, key_padding_mask=mask)
+    qkv = mod.qkv(x).unflatten(-1, (3, 3, 8)).permute(2, 0, 3, 1, 4)
+    ref = softmax_oracle(qkv[0], qkv[1], qkv[2], mask).transpose(1, 2).flatten(2)
+    ref = mod.out(ref)
+    assert rel_err(out[0], ref[0]) <= 1e-12 and rel_err(out[1, :6], ref[1, :6]) <= 1e-12
+
+
+def test_nystrom_module_m_ge_n_exact_equals_softmax_module():
+    ny = NystromAttention(16, heads=2, dim_head=8, num_landmarks=64, pinv="exact", conv_kernel_size=None).double()
+    sm = SoftmaxAttention(16, heads=2, dim_head=8).double()
+    sm.load_state_dict(ny.state_dict())
+    x = torch.randn(3, 20, 16, dtype=torch.float64)
+    assert rel_err(ny(x), sm(x)) <= 1e-10
+
+
+def test_any_length_works_and_shapes():
+    mod = NystromAttention(32, heads=2, dim_head=16, num_landmarks=8)
+    for n in (1, 3, 8, 13, 200):
+        assert mod(torch.randn(2, n, 32)).shape == (2, n, 32)
+
+
+def test_conv_skip_is_added_and_layout_is_hf():
+    mod = NystromAttention(16, heads=2, dim_head=8, conv_kernel_size=7)
+    assert mod.conv.weight.shape == (2, 1, 7, 1)
+    x = torch.randn(1, 30, 16)
+    with_conv = mod(x)
+    torch.nn.init.zeros_(mod.conv.weight)
+    assert rel_err(with_conv, mod(x)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(num_landmarks=0), "num_landmarks"),
+        (dict(conv_kernel_size=4), "odd"),
+        (dict(pinv_init="nope"), "pinv_init"),
+        (dict(pinv="nope"), "pinv"),
+        (dict(heads=0), "heads"),
+        (dict(dropout=1.5), "dropout"),
+        (dict(causal=True), "bidirectional"),
+    ],
+)
+def test_bad_config_raises(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        NystromAttention(16, **{"heads": 2, "dim_head": 8, **kwargs})
+
+
+def test_bad_forward_inputs_raise():
+    mod = NystromAttention(16, heads=2, dim_head=8)
+    with pytest.raises(ValueError, match=r"\(batch, tokens, 16\)"):
+        mod(torch.randn(2, 5, 15))
+    with pytest.raises(ValueError, match=r"\(batch, tokens, 16\)"):
+        mod(torch.randn(5, 16))
+    with pytest.raises(TypeError, match="floating-point"):
+        mod(torch.ones(2, 5, 16, dtype=torch.long))
+    with pytest.raises(TypeError, match="torch.bool"):
+        mod(torch.randn(2, 5, 16), key_padding_mask=torch.ones(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match="no real token"):
+        mod(torch.randn(2, 5, 16), key_padding_mask=torch.tensor([[True] * 5, [False] * 5]))
