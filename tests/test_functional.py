@@ -4,17 +4,18 @@ import math
 
 import pytest
 import torch
-from oracle import landmarks_oracle, nystrom_oracle, razavi_pinv, rel_err, right_pad_mask, softmax_oracle
 
 from nystrom.functional import (
     iterative_pinv,
+    kernels,
     nystrom_attention,
     nystrom_attention_materialized,
     segment_means,
     short_key_attention,
     softmax_attention,
 )
-from nystrom.functional import kernels
+
+from oracle import landmarks_oracle, nystrom_oracle, razavi_pinv, rel_err, right_pad_mask, softmax_oracle
 
 
 def qkv(b=2, h=3, n=40, d=8, dtype=torch.float64, dv=None):
@@ -80,7 +81,9 @@ def test_iterative_pinv_runs_in_float32_for_half_inputs():
 
 
 def test_pinv_init_original_uses_batch_wide_scale():
-    a = torch.softmax(torch.randn(3, 8, 8, dtype=torch.float64) * torch.tensor([0.1, 1, 5.0])[:, None, None], -1)
+    a = torch.softmax(
+        torch.randn(3, 8, 8, dtype=torch.float64) * torch.tensor([0.1, 1, 5.0])[:, None, None], -1
+    )
     per = iterative_pinv(a, 2, "per_matrix")
     orig = iterative_pinv(a, 2, "original")
     alone = iterative_pinv(a[:1], 2, "original")
@@ -169,7 +172,9 @@ def test_gradcheck_short_key_kernel(monkeypatch):
     v = torch.randn(2, 2, 4, 5, dtype=torch.float64, requires_grad=True)
     bias = torch.zeros(2, 1, 4, dtype=torch.float64)
     bias[1, 0, 2] = float("-inf")
-    assert torch.autograd.gradcheck(lambda q, k, v: short_key_attention(q, k, v, bias=bias, scale=0.7), (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: short_key_attention(q, k, v, bias=bias, scale=0.7), (q, k, v)
+    )
 
 
 def test_fused_gradients_match_materialized_fp32():

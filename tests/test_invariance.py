@@ -1,10 +1,11 @@
 """Metamorphic tests: padding and batch-mates change no real token's output."""
 
 import torch
-from oracle import rel_err, right_pad_mask
 
 from nystrom import NystromAttention
 from nystrom.functional import nystrom_attention
+
+from oracle import rel_err, right_pad_mask
 
 
 def test_right_padding_equals_unpadded_functional():

@@ -4,10 +4,11 @@ import inspect
 
 import pytest
 import torch
-from oracle import rel_err, softmax_oracle
 
 from nystrom import REGISTRY, NystromAttention, SoftmaxAttention
 from nystrom.attention import AttentionBase
+
+from oracle import rel_err, softmax_oracle
 
 
 def test_registry_entries_share_the_interface():
@@ -33,7 +34,9 @@ def test_softmax_module_matches_oracle_with_mask():
 
 
 def test_nystrom_module_m_ge_n_exact_equals_softmax_module():
-    ny = NystromAttention(16, heads=2, dim_head=8, num_landmarks=64, pinv="exact", conv_kernel_size=None).double()
+    ny = NystromAttention(
+        16, heads=2, dim_head=8, num_landmarks=64, pinv="exact", conv_kernel_size=None
+    ).double()
     sm = SoftmaxAttention(16, heads=2, dim_head=8).double()
     sm.load_state_dict(ny.state_dict())
     x = torch.randn(3, 20, 16, dtype=torch.float64)

@@ -7,16 +7,21 @@ m | n (lucidrains left-pads otherwise; HF requires it), no padding, and our ``pi
 import pytest
 import torch
 from nystrom_attention import NystromAttention as LucidNystrom
-from oracle import rel_err
 from transformers import NystromformerConfig
 from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
 
 from nystrom import NystromAttention
 
+from oracle import rel_err
 
-def _ours_from_hf(hf: NystromformerSelfAttention, heads: int, d: int, m: int, conv: int | None) -> NystromAttention:
+
+def _ours_from_hf(
+    hf: NystromformerSelfAttention, heads: int, d: int, m: int, conv: int | None
+) -> NystromAttention:
     inner = heads * d
-    ours = NystromAttention(inner, heads=heads, dim_head=d, num_landmarks=m, pinv_init="original", conv_kernel_size=conv)
+    ours = NystromAttention(
+        inner, heads=heads, dim_head=d, num_landmarks=m, pinv_init="original", conv_kernel_size=conv
+    )
     with torch.no_grad():
         ours.qkv.weight.copy_(torch.cat([hf.query.weight, hf.key.weight, hf.value.weight]))
         ours.qkv.bias.copy_(torch.cat([hf.query.bias, hf.key.bias, hf.value.bias]))
@@ -32,8 +37,13 @@ def _ours_from_hf(hf: NystromformerSelfAttention, heads: int, d: int, m: int, co
 def test_matches_huggingface_self_attention(n, m, conv):
     heads, d = 4, 16
     cfg = NystromformerConfig(
-        hidden_size=heads * d, num_attention_heads=heads, num_landmarks=m, segment_means_seq_len=n,
-        conv_kernel_size=conv or 3, attention_probs_dropout_prob=0.0, inv_coeff_init_option=False,
+        hidden_size=heads * d,
+        num_attention_heads=heads,
+        num_landmarks=m,
+        segment_means_seq_len=n,
+        conv_kernel_size=conv or 3,
+        attention_probs_dropout_prob=0.0,
+        inv_coeff_init_option=False,
     )
     hf = NystromformerSelfAttention(cfg).eval()
     if conv is None:
@@ -54,8 +64,12 @@ def test_huggingface_exact_regime_is_softmax_plus_conv():
     # num_landmarks == segment_means_seq_len makes HF run exact softmax attention: our m = n, exact pinv.
     heads, d, n = 2, 8, 32
     cfg = NystromformerConfig(
-        hidden_size=heads * d, num_attention_heads=heads, num_landmarks=n, segment_means_seq_len=n,
-        conv_kernel_size=3, attention_probs_dropout_prob=0.0,
+        hidden_size=heads * d,
+        num_attention_heads=heads,
+        num_landmarks=n,
+        segment_means_seq_len=n,
+        conv_kernel_size=3,
+        attention_probs_dropout_prob=0.0,
     )
     hf = NystromformerSelfAttention(cfg).eval()
     ours = _ours_from_hf(hf, heads, d, n, 3)
@@ -69,10 +83,17 @@ def test_huggingface_exact_regime_is_softmax_plus_conv():
 def test_matches_lucidrains(n, m, conv):
     heads, d, dim = 4, 16, 48
     lucid = LucidNystrom(
-        dim=dim, dim_head=d, heads=heads, num_landmarks=m, pinv_iterations=6,
-        residual=conv is not None, residual_conv_kernel=conv or 33,
+        dim=dim,
+        dim_head=d,
+        heads=heads,
+        num_landmarks=m,
+        pinv_iterations=6,
+        residual=conv is not None,
+        residual_conv_kernel=conv or 33,
     ).eval()
-    ours = NystromAttention(dim, heads=heads, dim_head=d, num_landmarks=m, pinv_init="original", conv_kernel_size=conv)
+    ours = NystromAttention(
+        dim, heads=heads, dim_head=d, num_landmarks=m, pinv_init="original", conv_kernel_size=conv
+    )
     with torch.no_grad():
         ours.qkv.weight.copy_(lucid.to_qkv.weight)
         ours.qkv.bias.zero_()  # lucidrains' projection has no bias

@@ -2,10 +2,11 @@
 
 import pytest
 import torch
-from oracle import nystrom_oracle, rel_err
 
 from nystrom import NystromAttention
 from nystrom.functional import nystrom_attention
+
+from oracle import nystrom_oracle, rel_err
 
 
 def plain_nystrom(q, k, v, m, iters=6):

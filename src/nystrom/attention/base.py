@@ -57,10 +57,17 @@ class AttentionBase(nn.Module):
         self.conv: nn.Conv2d | None = None
         if conv_kernel_size is not None:
             if not isinstance(conv_kernel_size, int) or conv_kernel_size < 1 or conv_kernel_size % 2 == 0:
-                raise ValueError(f"conv_kernel_size must be an odd positive int or None, got {conv_kernel_size!r}")
+                raise ValueError(
+                    f"conv_kernel_size must be an odd positive int or None, got {conv_kernel_size!r}"
+                )
             # (h, 1, k, 1) weights: the layout of HF's `attention.self.conv.weight`, one filter per head.
             self.conv = nn.Conv2d(
-                heads, heads, (conv_kernel_size, 1), padding=(conv_kernel_size // 2, 0), groups=heads, bias=False
+                heads,
+                heads,
+                (conv_kernel_size, 1),
+                padding=(conv_kernel_size // 2, 0),
+                groups=heads,
+                bias=False,
             )
 
     def core(
@@ -84,11 +91,11 @@ class AttentionBase(nn.Module):
         if self.conv is not None:
             if key_padding_mask is not None:  # padding must not leak into real tokens through the conv
                 v = v.masked_fill(~key_padding_mask[:, None, :, None], 0)
-            o = o + self.conv(v.to(self.conv.weight.dtype) if not torch.is_autocast_enabled() else v)  # (b, h, n, d)
+            o = o + self.conv(
+                v.to(self.conv.weight.dtype) if not torch.is_autocast_enabled() else v
+            )  # (b, h, n, d)
         o = o.transpose(1, 2).flatten(2)  # (b, n, h*d); free when core wrote a (b, n, h, d) buffer
         return self.dropout(self.out(o))
 
     def extra_repr(self) -> str:
-        return (
-            f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"
-        )
+        return f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"

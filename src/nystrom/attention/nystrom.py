@@ -49,7 +49,12 @@ class NystromAttention(AttentionBase):
                 " into every output; the method is bidirectional. Use SoftmaxAttention for causal models."
             )
         super().__init__(
-            dim, heads=heads, dim_head=dim_head, conv_kernel_size=conv_kernel_size, qkv_bias=qkv_bias, dropout=dropout
+            dim,
+            heads=heads,
+            dim_head=dim_head,
+            conv_kernel_size=conv_kernel_size,
+            qkv_bias=qkv_bias,
+            dropout=dropout,
         )
         self.num_landmarks = check_positive_int("num_landmarks", num_landmarks)
         self.pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations, minimum=0)

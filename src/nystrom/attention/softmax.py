@@ -28,7 +28,12 @@ class SoftmaxAttention(AttentionBase):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(
-            dim, heads=heads, dim_head=dim_head, conv_kernel_size=conv_kernel_size, qkv_bias=qkv_bias, dropout=dropout
+            dim,
+            heads=heads,
+            dim_head=dim_head,
+            conv_kernel_size=conv_kernel_size,
+            qkv_bias=qkv_bias,
+            dropout=dropout,
         )
 
     def core(

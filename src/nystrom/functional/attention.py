@@ -43,7 +43,12 @@ def _prepare(q, k, v, num_landmarks, key_padding_mask, pinv_iterations, pinv, pi
     mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    elif not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
+    elif (
+        not isinstance(scale, (int, float))
+        or isinstance(scale, bool)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
         raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
     return mask, float(scale)
 
@@ -93,14 +98,20 @@ def nystrom_attention(
     Returns:
         (b, h, n, dv) in the inputs' dtype. Landmarks, A and A⁺ are computed in ≥ float32.
     """
-    mask, scale = _prepare(q, k, v, num_landmarks, key_padding_mask, pinv_iterations, pinv, pinv_init, scale, causal)
+    mask, scale = _prepare(
+        q, k, v, num_landmarks, key_padding_mask, pinv_iterations, pinv, pinv_init, scale, causal
+    )
     dtype = q.dtype
     with torch.autocast(q.device.type, enabled=False):  # dtypes below are chosen on purpose
-        q_l, k_l, z, valid = _landmark_kernel(q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, scale)
+        q_l, k_l, z, valid = _landmark_kernel(
+            q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, scale
+        )
         key_mask = None if mask is None else mask[:, None, None, :]  # (b, 1, 1, n)
         if mask is not None:
             v = v.masked_fill(~key_mask.mT, 0)  # garbage at padding must not reach 0·x products
-        bv = F.scaled_dot_product_attention(q_l.to(dtype), k, v, attn_mask=key_mask, scale=scale)  # (b,h,m,dv)
+        bv = F.scaled_dot_product_attention(
+            q_l.to(dtype), k, v, attn_mask=key_mask, scale=scale
+        )  # (b,h,m,dv)
         if not bool(torch.isfinite(bv).all()):
             raise ValueError("v contains NaN or Inf at a real (unpadded) token")
         w = (z @ bv.to(z.dtype)).to(dtype)  # (b, h, m, dv)  A⁺·(B·V)
@@ -126,10 +137,14 @@ def nystrom_factors(
 
     ``F @ A⁺ @ B`` is the (n, n) Nyström approximation of softmax(QKᵀs). Computed in ≥ float32.
     """
-    mask, scale = _prepare(q, k, k, num_landmarks, key_padding_mask, pinv_iterations, pinv, pinv_init, scale, False)
+    mask, scale = _prepare(
+        q, k, k, num_landmarks, key_padding_mask, pinv_iterations, pinv, pinv_init, scale, False
+    )
     q_l, k_l, z, valid = _landmark_kernel(q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, scale)
     qf, kf = q.to(z.dtype), k.to(z.dtype)
-    f = torch.softmax((qf @ k_l.mT * scale).masked_fill(~valid[:, None, None, :], float("-inf")), -1)  # (b,h,n,m)
+    f = torch.softmax(
+        (qf @ k_l.mT * scale).masked_fill(~valid[:, None, None, :], float("-inf")), -1
+    )  # (b,h,n,m)
     s_b = q_l @ kf.mT * scale  # (b, h, m, n)
     if mask is not None:
         s_b = s_b.masked_fill(~mask[:, None, None, :], float("-inf"))
@@ -150,8 +165,14 @@ def nystrom_attention_materialized(
 ) -> torch.Tensor:
     """The readable O(n·m) path: F · (A⁺ · (B · V)) with every factor materialised. (b, h, n, dv)."""
     f, z, bmat = nystrom_factors(
-        q, k, num_landmarks=num_landmarks, key_padding_mask=key_padding_mask,
-        pinv_iterations=pinv_iterations, pinv=pinv, pinv_init=pinv_init, scale=scale,
+        q,
+        k,
+        num_landmarks=num_landmarks,
+        key_padding_mask=key_padding_mask,
+        pinv_iterations=pinv_iterations,
+        pinv=pinv,
+        pinv_init=pinv_init,
+        scale=scale,
     )
     vf = v.to(z.dtype)
     if key_padding_mask is not None:

@@ -61,20 +61,26 @@ def check_key_padding_mask(
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"key_padding_mask must be a bool tensor of shape ({b}, {n}), got {type(mask).__name__}")
+        raise TypeError(
+            f"key_padding_mask must be a bool tensor of shape ({b}, {n}), got {type(mask).__name__}"
+        )
     if mask.dtype != torch.bool:
         raise TypeError(
             f"key_padding_mask must have dtype torch.bool (True = real token), got {mask.dtype};"
             " convert an HF-style 0/1 attention_mask with `mask.bool()`"
         )
     if tuple(mask.shape) != (b, n):
-        raise ValueError(f"key_padding_mask must have shape (batch, tokens) = ({b}, {n}), got {tuple(mask.shape)}")
+        raise ValueError(
+            f"key_padding_mask must have shape (batch, tokens) = ({b}, {n}), got {tuple(mask.shape)}"
+        )
     if mask.device != torch.device(device) and not (mask.device.type == torch.device(device).type):
         raise ValueError(f"key_padding_mask is on {mask.device} but the inputs are on {device}")
     real = mask.sum(-1)
     if bool((real == 0).any()):
         rows = torch.nonzero(real == 0).flatten().tolist()
-        raise ValueError(f"key_padding_mask rows {rows} have no real token (all False); every sample needs one")
+        raise ValueError(
+            f"key_padding_mask rows {rows} have no real token (all False); every sample needs one"
+        )
     if bool(real.eq(n).all()):
         return None
     return mask

@@ -1,0 +1,121 @@
+"""Measurement helpers shared by the benchmarks: timing, peak memory, machine facts, GEMM rate.
+
+Peak memory is the process's resident-set high-water mark (VmHWM) above its level right before the
+measured call; the mark is reset through /proc/self/clear_refs so one process can measure several
+calls. Callers run each case in a fresh process with glibc's dynamic mmap threshold pinned
+(MALLOC_MMAP_THRESHOLD_), so freed large tensors return to the OS and do not inflate later readings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+CHILD_ENV = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536", "PYTHONUNBUFFERED": "1"}
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not found in /proc/self/status (Linux only)")
+
+
+def peak_memory_mb(fn: Callable[[], object]) -> float:
+    """Peak resident memory (MB) used by one call of ``fn`` above the level before it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+    except OSError as err:
+        raise RuntimeError("peak memory needs Linux /proc/self/clear_refs") from err
+    before = _status_kb("VmRSS")
+    out = fn()
+    peak = _status_kb("VmHWM")
+    del out
+    return (peak - before) / 1024
+
+
+def median_time_ms(
+    fn: Callable[[], object], *, repeats: int = 5, budget_s: float = 20.0, warmup: int = 1
+) -> float:
+    """Median wall time (ms) of ``fn`` after ``warmup`` calls; stops early when ``budget_s`` is spent."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeats:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > budget_s and len(times) >= 1:
+            break
+    return 1e3 * statistics.median(times)
+
+
+def gemm_gflops(size: int = 2048, repeats: int = 7) -> float:
+    """fp32 GFLOP/s of a large square ``torch.matmul`` on this machine (the FLOP floor's denominator)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    ms = median_time_ms(lambda: a @ b, repeats=repeats, warmup=2)
+    return 2 * size**3 / (ms / 1e3) / 1e9
+
+
+def machine_info() -> dict[str, str]:
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    versions = {"torch": torch.__version__, "python": platform.python_version()}
+    for pkg in ("transformers", "nystrom_attention"):
+        try:
+            from importlib.metadata import version
+
+            versions[pkg] = version(pkg.replace("_", "-"))
+        except Exception:
+            versions[pkg] = "not installed"
+    return {
+        "cpu": cpu,
+        "threads": str(torch.get_num_threads()),
+        "cores": str(os.cpu_count()),
+        "platform": platform.platform(),
+        **versions,
+    }
+
+
+def run_child(module: str, args: list[str], *, timeout_s: float) -> dict:
+    """Run ``python -m module args`` in a fresh process; its last stdout line is a JSON dict."""
+    env = {**os.environ, **CHILD_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, timeout=timeout_s
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-3:]
+        return {"error": " | ".join(tail) or f"exit code {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def replace_section(path: Path, marker: str, body: str) -> None:
+    """Replace the text between ``<!-- marker:start -->`` and ``<!-- marker:end -->`` (append if absent)."""
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in text and end in text:
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
