@@ -30,7 +30,7 @@ def test_schedule_is_linear_warmup_then_linear_decay():
 
 def test_global_batches_are_a_pure_function_covering_each_epoch():
     b = [global_batch(10, s, 4, seed=3) for s in range(5)]  # 20 examples = 2 epochs
-    flat = sum(b, [])
+    flat = [i for batch in b for i in batch]
     assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
     assert global_batch(10, 3, 4, seed=3) == b[3]
     assert global_batch(10, 3, 4, seed=4) != b[3]

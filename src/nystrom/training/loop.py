@@ -169,7 +169,7 @@ def train(
             mb = idx[a * micro : (a + 1) * micro][rank * local : (rank + 1) * local]
             batch = task.collate([task.train[i] for i in mb])
             sync = a == cfg.grad_accum - 1 or world == 1
-            ctx = ddp.no_sync() if (world > 1 and not sync) else _null()
+            ctx = ddp.no_sync() if (world > 1 and not sync) else _Null()
             with ctx, torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
                 loss, _ = task.step(ddp, batch)
                 (loss / cfg.grad_accum).backward()
@@ -232,7 +232,7 @@ def train(
     return results
 
 
-class _null:
+class _Null:
     def __enter__(self):
         return None
 

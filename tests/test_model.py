@@ -1,0 +1,227 @@
+"""Model-level behaviour: config/presets, heads, masking, position table, native checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from nystrom.model import (
+    CheckpointError,
+    NystromformerConfig,
+    NystromformerForDualSequenceClassification,
+    NystromformerForMaskedLM,
+    NystromformerForPreTraining,
+    NystromformerForSequenceClassification,
+    NystromformerModel,
+    load_checkpoint,
+)
+
+
+def small(**overrides) -> NystromformerConfig:
+    base = dict(vocab_size=50, max_position_embeddings=64, num_labels=3, dropout=0.0, activation_dropout=0.0)
+    return NystromformerConfig.preset("lra", **{**base, **overrides})
+
+
+def test_presets_match_the_paper():
+    lra = NystromformerConfig.preset("lra")
+    assert (lra.num_hidden_layers, lra.hidden_size, lra.intermediate_size, lra.num_attention_heads) == (
+        2,
+        64,
+        128,
+        2,
+    )
+    assert (lra.norm_position, lra.final_norm, lra.pooling, lra.classifier_hidden) == (
+        "pre",
+        True,
+        "mean",
+        128,
+    )
+    assert lra.attention == {
+        "name": "nystrom",
+        "num_landmarks": 64,
+        "pinv_iterations": 6,
+        "conv_kernel_size": 35,
+    }
+    small_ = NystromformerConfig.preset("bert-small")
+    assert (small_.num_hidden_layers, small_.hidden_size, small_.num_attention_heads) == (4, 512, 8)
+    base = NystromformerConfig.preset("bert-base")
+    assert (base.num_hidden_layers, base.hidden_size, base.intermediate_size, base.norm_position) == (
+        12,
+        768,
+        3072,
+        "post",
+    )
+    assert NystromformerConfig.preset("lra", attention="softmax").attention == {"name": "softmax"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"foo": 1}, "not config fields"),
+        ({"attention": {"name": "nystrom", "landmarks": 8}}, "does not accept option"),
+        ({"attention": "nope"}, "attention name must be one of"),
+        ({"hidden_size": 63}, "divisible by num_attention_heads"),
+        ({"hidden_act": "swish"}, "hidden_act"),
+        ({"pooling": "pooler"}, "pooler=True"),
+    ],
+)
+def test_config_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        NystromformerConfig.preset("lra", **kwargs)
+    with pytest.raises(ValueError, match="unknown preset"):
+        NystromformerConfig.preset("bert-huge")
+
+
+def test_config_json_round_trip_and_strict_keys(tmp_path):
+    cfg = small(attention={"name": "nystrom", "num_landmarks": 8, "pinv_init": "original"})
+    cfg.save(tmp_path / "c.json")
+    assert NystromformerConfig.load(tmp_path / "c.json") == cfg
+    data = cfg.to_dict()
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['extra'\]"):
+        NystromformerConfig.from_dict({**data, "extra": 1})
+    data.pop("vocab_size")
+    with pytest.raises(ValueError, match=r"missing key\(s\) \['vocab_size'\]"):
+        NystromformerConfig.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    "attention", ["softmax", {"name": "nystrom", "num_landmarks": 4, "conv_kernel_size": 5}]
+)
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_padding_invariance(attention, norm):
+    torch.manual_seed(0)
+    model = NystromformerModel(
+        small(attention=attention, norm_position=norm, final_norm=norm == "pre")
+    ).eval()
+    lengths, n = [23, 40, 9], 40
+    samples = [torch.randint(1, 50, (1, L)) for L in lengths]
+    ids = torch.zeros(3, n, dtype=torch.long)
+    mask = torch.zeros(3, n, dtype=torch.long)
+    for i, s in enumerate(samples):
+        ids[i, : s.shape[1]], mask[i, : s.shape[1]] = s[0], 1
+    with torch.no_grad():
+        batched = model(ids, attention_mask=mask).last_hidden_state
+        garbage = ids.masked_fill(mask == 0, 7) + (1 - mask) * torch.randint(0, 40, ids.shape)
+        batched_garbage = model(garbage, attention_mask=mask.bool()).last_hidden_state
+        for i, s in enumerate(samples):
+            alone = model(s).last_hidden_state[0]
+            torch.testing.assert_close(batched[i, : s.shape[1]], alone, rtol=1e-5, atol=1e-5)
+    real = mask.bool()
+    torch.testing.assert_close(batched[real], batched_garbage[real], rtol=0, atol=0)
+
+
+def test_pooling_modes_mask_padding():
+    torch.manual_seed(0)
+    ids = torch.randint(1, 50, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 5:] = 0
+    for pooling in ("mean", "cls", "mean_with_padding"):
+        model = NystromformerForSequenceClassification(small(attention="softmax", pooling=pooling)).eval()
+        with torch.no_grad():
+            out = model(ids, attention_mask=mask)
+            h = out.last_hidden_state
+            feats = {
+                "mean": h[1, :5].mean(0),
+                "cls": h[1, 0],
+                "mean_with_padding": h[1, :5].sum(0) / 12,  # official LRA: padding zeroed but counted
+            }[pooling]
+            expected = model.classifier(feats[None])[0]
+        torch.testing.assert_close(out.logits[1], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_heads_shapes_and_losses():
+    torch.manual_seed(0)
+    cfg = NystromformerConfig.preset(
+        "bert-small",
+        vocab_size=40,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        max_position_embeddings=32,
+        attention="softmax",
+        dropout=0.0,
+    )
+    ids, types = torch.randint(0, 40, (2, 16)), torch.randint(0, 2, (2, 16))
+    labels = torch.full((2, 16), -100)
+    labels[:, 3] = ids[:, 3]
+    mlm = NystromformerForMaskedLM(cfg).eval()
+    out = mlm(ids, token_type_ids=types, labels=labels)
+    assert out.logits.shape == (2, 16, 40)
+    expected = torch.nn.functional.cross_entropy(out.logits[:, 3], ids[:, 3])
+    torch.testing.assert_close(out.loss, expected)
+    pre = NystromformerForPreTraining(cfg).eval()
+    out = pre(ids, labels=labels, sentence_order_label=torch.tensor([0, 1]))
+    assert out.sop_logits.shape == (2, 2) and out.loss.ndim == 0 and out.pooler_output.shape == (2, 32)
+    with pytest.raises(ValueError, match="pooler=True"):
+        NystromformerForPreTraining(small())
+    # tied decoder: the MLM logits move when the word embeddings move
+    with torch.no_grad():
+        before = mlm(ids).logits
+        mlm.nystromformer.embeddings.word_embeddings.weight[5] += 1.0
+        assert not torch.allclose(before[..., 5], mlm(ids).logits[..., 5])
+
+
+def test_dual_model_uses_one_encoder_and_four_features():
+    torch.manual_seed(0)
+    model = NystromformerForDualSequenceClassification(small(attention="softmax")).eval()
+    a, b = torch.randint(1, 50, (2, 20)), torch.randint(1, 50, (2, 14))
+    mb = torch.ones(2, 14, dtype=torch.bool)
+    mb[0, 10:] = False
+    with torch.no_grad():
+        out = model(a, b, attention_mask_2=mb, labels=torch.tensor([0, 1]))
+        pa = model.nystromformer(a).last_hidden_state.mean(1)
+        hb = model.nystromformer(b, attention_mask=mb).last_hidden_state
+        pb = torch.stack([hb[0, :10].mean(0), hb[1].mean(0)])
+        expected = model.classifier(torch.cat([pa, pb, pa * pb, pa - pb], -1))
+    torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-6)
+    assert out.last_hidden_state.shape == (2, 20, 64) and out.last_hidden_state_2.shape == (2, 14, 64)
+    assert out.loss is not None and out.loss.item() > 0
+
+
+def test_input_validation_errors():
+    model = NystromformerModel(small(attention="softmax")).eval()
+    ids = torch.randint(1, 50, (2, 10))
+    with pytest.raises(ValueError, match="only 0 .padding. and 1"):
+        model(ids, attention_mask=torch.full((2, 10), 2))
+    with pytest.raises(ValueError, match=r"attention_mask must have shape \(batch, tokens\) = \(2, 10\)"):
+        model(ids, attention_mask=torch.ones(2, 9))
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 50\)"):
+        model(ids + 100)
+    with pytest.raises(ValueError, match="no token-type table"):
+        model(ids, token_type_ids=torch.zeros_like(ids))
+    with pytest.raises(ValueError, match=r"resize_position_embeddings\(65\)"):
+        model(torch.randint(1, 50, (1, 65)))
+
+
+def test_resize_position_embeddings_tiles_rows():
+    torch.manual_seed(0)
+    model = NystromformerForSequenceClassification(
+        small(max_position_embeddings=16, attention="softmax")
+    ).eval()
+    old = model.nystromformer.embeddings.position_embeddings.weight.detach().clone()
+    model.resize_position_embeddings(40)
+    new = model.nystromformer.embeddings.position_embeddings.weight
+    assert new.shape == (40, 64) and model.config.max_position_embeddings == 40
+    torch.testing.assert_close(new[16:32], old)
+    torch.testing.assert_close(new[32:40], old[:8])
+    assert model(torch.randint(1, 50, (1, 40))).logits.shape == (1, 3)
+
+
+def test_native_checkpoint_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = NystromformerForSequenceClassification(
+        small(attention={"name": "nystrom", "num_landmarks": 4})
+    ).eval()
+    model.save_pretrained(tmp_path / "ck")
+    loaded = load_checkpoint(tmp_path / "ck")
+    assert type(loaded) is NystromformerForSequenceClassification and loaded.config == model.config
+    ids = torch.randint(1, 50, (2, 30))
+    torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+    meta = json.loads((tmp_path / "ck" / "config.json").read_text())
+    meta["architecture"] = "NystromformerForMaskedLM"
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"missing keys: .*lm_head.*unexpected keys: classifier"):
+        load_checkpoint(tmp_path / "ck")
