@@ -5,12 +5,29 @@
 """
 
 from nystrom.attention.base import AttentionBase
+from nystrom.attention.linformer import LinformerAttention
+from nystrom.attention.longformer import LongformerAttention
 from nystrom.attention.nystrom import NystromAttention
+from nystrom.attention.performer import PerformerAttention
+from nystrom.attention.reformer import ReformerAttention
 from nystrom.attention.softmax import SoftmaxAttention
 
 REGISTRY: dict[str, type[AttentionBase]] = {
     "nystrom": NystromAttention,
     "softmax": SoftmaxAttention,
+    "linformer": LinformerAttention,
+    "longformer": LongformerAttention,
+    "performer": PerformerAttention,
+    "reformer": ReformerAttention,
 }
 
-__all__ = ["REGISTRY", "AttentionBase", "NystromAttention", "SoftmaxAttention"]
+__all__ = [
+    "REGISTRY",
+    "AttentionBase",
+    "LinformerAttention",
+    "LongformerAttention",
+    "NystromAttention",
+    "PerformerAttention",
+    "ReformerAttention",
+    "SoftmaxAttention",
+]

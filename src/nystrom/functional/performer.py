@@ -9,7 +9,9 @@ With x already scaled by ``sqrt(scale)`` (so ``q·k * scale`` becomes ``x_q·x_k
 
 Attention is then ``D^-1 phi(Q) (phi(K)^T V)`` with ``D = diag(phi(Q) phi(K)^T 1)``: O(n m d), no (n, n).
 Rows of W are drawn in orthogonal blocks of d (QR of a Gaussian matrix) and rescaled to chi(d) lengths,
-so each row is marginally N(0, I_d) and the estimator stays unbiased while its variance drops.
+so each row is marginally N(0, I_d) and the estimator stays unbiased while its variance drops. The
+variance still grows like ``exp(|x_q + x_k|^2)``: measured on d = 16 float64 data, 2^14 features give a
+relative output error of ~0.02 for unit-norm x but ~0.5 for |x|^2 ~ 4 (tests/test_variants.py).
 
 Stabilisation: before ``exp`` a query's logits are shifted by their own row max and the keys' by one
 max per (b, h) over real keys; both shifts are constants that cancel between numerator and ``D``.
@@ -84,18 +86,23 @@ def favor_features(
             f"projection must have shape (num_features, {x.shape[-1]}), got {tuple(projection.shape)}"
         )
     m = projection.shape[0]
-    logits = x @ projection.to(x.dtype).mT - (x * x).sum(-1, keepdim=True) / 2  # (b, h, n, m)
-    if kind == "query":
-        logits = logits - logits.detach().amax(-1, keepdim=True)  # (b, h, n, m)
-    elif kind == "key":
-        real = logits.detach()
+    xw = x @ projection.to(x.dtype).mT  # (b, h, n, m)
+    half_sq = (x * x).sum(-1, keepdim=True) / 2  # (b, h, n, 1)
+    log_norm = 0.5 * math.log(m)  # the 1/sqrt(m), folded into the shift: one pass less over (n, m)
+    if kind == "plain":
+        shift = half_sq + log_norm  # (b, h, n, 1)
+    elif kind == "query":  # |x|^2/2 is constant along a row, so the row max of xw alone is the shift
+        shift = xw.detach().amax(-1, keepdim=True) + log_norm  # (b, h, n, 1)
+    else:  # one shift per (b, h): the max over real keys of each row's max logit
+        row = xw.detach().amax(-1, keepdim=True) - half_sq.detach()  # (b, h, n, 1)
         if key_padding_mask is not None:
-            real = real.masked_fill(~key_padding_mask[:, None, :, None], -torch.inf)
-        logits = logits - real.amax((-2, -1), keepdim=True)  # (b, h, n, m)
-    phi = torch.exp(logits) / math.sqrt(m)  # (b, h, n, m)
+            row = row.masked_fill(~key_padding_mask[:, None, :, None], -torch.inf)
+        shift = half_sq + row.amax(-2, keepdim=True) + log_norm  # (b, h, n, 1)
+    logits = xw - shift  # (b, h, n, m)
     if kind == "key" and key_padding_mask is not None:
-        phi = phi.masked_fill(~key_padding_mask[:, None, :, None], 0.0)
-    return phi
+        # -inf, not a zero after exp: exp of padded garbage could overflow and turn 0 * inf into NaN grads
+        logits = logits.masked_fill(~key_padding_mask[:, None, :, None], -torch.inf)
+    return logits.exp_()  # (b, h, n, m); in place is safe: nothing saved the fresh `logits` for backward
 
 
 def performer_attention(
@@ -126,7 +133,8 @@ def performer_attention(
     root = _resolve_scale(scale, d) ** 0.5  # split the scale between q and k
     q_f = favor_features(q * root, projection, kind="query")  # (b, h, n, m)
     k_f = favor_features(k * root, projection, kind="key", key_padding_mask=mask)  # (b, h, n, m)
-    kv = k_f.mT @ v  # (b, h, m, dv)
-    denom = q_f @ k_f.sum(2).unsqueeze(-1)  # (b, h, n, 1)
-    # the shifts put each row max at 1/sqrt(m), so denom only underflows for absurd logits; avoid 0/0
-    return (q_f @ kv) / denom.clamp_min(torch.finfo(denom.dtype).tiny)  # (b, h, n, dv)
+    # a ones column on v gives the normaliser D from the same two matmuls as the numerator
+    v1 = torch.cat((v, v.new_ones(*v.shape[:-1], 1)), dim=-1)  # (b, h, n, dv + 1)
+    out = q_f @ (k_f.mT @ v1)  # (b, h, n, dv + 1)
+    # D > 0 in exact arithmetic but can underflow for extreme logits: clamp so that 0/0 cannot give NaN
+    return out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)  # (b, h, n, dv)
