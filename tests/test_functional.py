@@ -11,6 +11,7 @@ from nystrom.functional import (
     nystrom_attention,
     nystrom_attention_materialized,
     segment_means,
+    long_key_attention,
     short_key_attention,
     softmax_attention,
 )
@@ -102,6 +103,7 @@ def test_fused_equals_materialized_fp64(n, m):
 
 def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch):
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 16)  # several chunks, a ragged last one
+    monkeypatch.setattr(kernels, "CHUNK_KEYS", 8)
     q, k, v = qkv(n=50, dtype=torch.float32)
     mask = right_pad_mask([50, 31], 50)
     a = nystrom_attention(q, k, v, num_landmarks=8, key_padding_mask=mask)
@@ -170,11 +172,26 @@ def test_gradcheck_short_key_kernel(monkeypatch):
     q = torch.randn(2, 2, 10, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 2, 4, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 2, 4, 5, dtype=torch.float64, requires_grad=True)
-    bias = torch.zeros(2, 1, 4, dtype=torch.float64)
-    bias[1, 0, 2] = float("-inf")
+    valid = torch.tensor([[True] * 4, [True, True, False, True]])
     assert torch.autograd.gradcheck(
-        lambda q, k, v: short_key_attention(q, k, v, bias=bias, scale=0.7), (q, k, v)
+        lambda q, k, v: short_key_attention(q, k, v, valid=valid, scale=0.7), (q, k, v)
     )
+
+
+def test_gradcheck_long_key_kernel(monkeypatch):
+    monkeypatch.setattr(kernels, "CHUNK_KEYS", 4)  # several chunks, a fully padded one, a ragged last one
+    q = torch.randn(2, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, 2, 13, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(2, 2, 13, 5, dtype=torch.float64, requires_grad=True)
+    mask = right_pad_mask([13, 6], 13)
+    mask[0, 4:8] = False
+
+    def f(q, k, v):
+        return long_key_attention(q, k, v, key_mask=mask, scale=0.7)
+
+    assert torch.autograd.gradcheck(f, (q, k, v))
+    ref = softmax_oracle(q * 0.7 * math.sqrt(3), k, v, mask)
+    assert rel_err(f(q, k, v), ref) <= 1e-12
 
 
 def test_fused_gradients_match_materialized_fp32():

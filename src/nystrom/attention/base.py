@@ -85,17 +85,20 @@ class AttentionBase(nn.Module):
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
         b, n, _ = x.shape
         key_padding_mask = check_key_padding_mask(key_padding_mask, b, n, x.device)
+        o = self._attend(x, key_padding_mask)  # (b, n, h*d); the fused q/k/v tensor is already released
+        return self.dropout(self.out(o))
+
+    def _attend(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+        # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
+        # projection allocates: that is the module's peak-memory moment at long n.
         qkv = self.qkv(x).unflatten(-1, (3, self.heads, self.dim_head))  # (b, n, 3, h, d)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, n, d), views, no copy
         o = self.core(q, k, v, key_padding_mask)  # (b, h, n, d)
         if self.conv is not None:
             if key_padding_mask is not None:  # padding must not leak into real tokens through the conv
                 v = v.masked_fill(~key_padding_mask[:, None, :, None], 0)
-            o = o + self.conv(
-                v.to(self.conv.weight.dtype) if not torch.is_autocast_enabled() else v
-            )  # (b, h, n, d)
-        o = o.transpose(1, 2).flatten(2)  # (b, n, h*d); free when core wrote a (b, n, h, d) buffer
-        return self.dropout(self.out(o))
+            o = o + self.conv(v)  # (b, h, n, d)
+        return o.transpose(1, 2).flatten(2)  # (b, n, h*d); a view when core wrote a (b, n, h, d) buffer
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"

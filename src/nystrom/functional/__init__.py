@@ -7,7 +7,7 @@ from nystrom.functional.attention import (
     nystrom_factors,
     softmax_attention,
 )
-from nystrom.functional.kernels import short_key_attention
+from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import landmark_assignment, segment_means
 from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
 
@@ -17,6 +17,7 @@ __all__ = [
     "exact_pinv",
     "iterative_pinv",
     "landmark_assignment",
+    "long_key_attention",
     "nystrom_attention",
     "nystrom_attention_materialized",
     "nystrom_factors",

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.functional.checks import check_choice, check_key_padding_mask, check_positive_int, check_qkv
-from nystrom.functional.kernels import short_key_attention
+from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import _segment_means
 from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
 
@@ -106,20 +106,12 @@ def nystrom_attention(
         q_l, k_l, z, valid = _landmark_kernel(
             q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, scale
         )
-        key_mask = None if mask is None else mask[:, None, None, :]  # (b, 1, 1, n)
-        if mask is not None:
-            v = v.masked_fill(~key_mask.mT, 0)  # garbage at padding must not reach 0·x products
-        bv = F.scaled_dot_product_attention(
-            q_l.to(dtype), k, v, attn_mask=key_mask, scale=scale
-        )  # (b,h,m,dv)
+        bv = long_key_attention(q_l.to(dtype), k, v, key_mask=mask, scale=scale)  # (b, h, m, dv)  B·V
         if not bool(torch.isfinite(bv).all()):
             raise ValueError("v contains NaN or Inf at a real (unpadded) token")
         w = (z @ bv.to(z.dtype)).to(dtype)  # (b, h, m, dv)  A⁺·(B·V)
-        bias = None
-        if not bool(valid.all()):
-            bias = torch.zeros(valid.shape, dtype=dtype, device=q.device).masked_fill(~valid, float("-inf"))
-            bias = bias[:, None, :]  # (b, 1, m)
-        return short_key_attention(q, k_l.to(dtype), w, bias=bias, scale=scale)  # (b, h, n, dv)
+        lvalid = None if bool(valid.all()) else valid  # (b, m) only when a sample has < m real tokens
+        return short_key_attention(q, k_l.to(dtype), w, valid=lvalid, scale=scale)  # (b, h, n, dv)
 
 
 def nystrom_factors(

@@ -1,108 +1,222 @@
-"""Memory-lean softmax attention against a *short* key set (the landmarks).
+"""Memory-lean softmax attention kernels for the two Nyström products (CPU-tuned, exact).
 
-Legend: b batch, h heads, n queries, m keys (landmarks, small), d head dim, dv value dim, c chunk rows.
+Legend: b batch, h heads, n tokens, m landmarks (few), d head dim, dv value dim, c chunk length.
 
-``short_key_attention(q, k, v) = softmax(q kᵀ · scale + bias) v`` with m ≪ n keys. Every softmax row
-is complete inside a chunk of queries, so the forward streams the queries in chunks that fit in cache
-and the backward recomputes each chunk's probabilities instead of saving them: no (n, m) matrix is ever
-alive, forward or backward, and autograd saves only the inputs. Results are written straight into a
-(b, n, h, dv) buffer so merging the heads afterwards is free.
+``short_key_attention``: softmax(q k̃ᵀ·s) w with n queries and m ≪ n keys (F · A⁺BV). Every softmax
+row is complete inside a chunk of queries, so chunks are independent and the backward recomputes
+each chunk's probabilities from the inputs (nothing (n, m) is saved).
+
+``long_key_attention``: softmax(q̃ kᵀ·s) v with m queries and n keys (B · V). The keys stream in chunks
+with an online softmax (running max and sum, as in flash attention); the backward recomputes each
+chunk from the saved log-sum-exp.
+
+Both work per (sample, head) on cache-sized chunks with one thread per item (see ``parallel.py``),
+read q/k/v through their strides (head views of a fused projection need no copy) and write results
+into heads-interleaved buffers, so no (n, m) or (m, n) matrix is ever alive, forward or backward.
+Masked keys get probability exactly 0 via ``masked_fill`` (so any finite garbage at padding is inert).
+On other devices the same maths runs through ``scaled_dot_product_attention``.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-# Rows per chunk: c·m floats of scores stay in L2 for m ≤ 128; measured on 2 EPYC cores (2048–8192 flat).
-CHUNK_ROWS = 4096
+from nystrom.functional.parallel import parallel_for
+
+CHUNK_ROWS = 4096  # query rows per chunk in short_key_attention (c·m floats stay in L2)
+CHUNK_KEYS = 4096  # keys per chunk in long_key_attention
 
 
-def _probs(
-    qc: torch.Tensor, kt: torch.Tensor, bias: torch.Tensor | None, scale: float, buf: torch.Tensor
-) -> torch.Tensor:
-    """Softmax over the m keys of one chunk: qc (c, d), kt (d, m) -> (c, m), written into ``buf``."""
+def _short_probs(qc, kt, valid, buf):
+    """softmax over m keys of one chunk: qc (c, d), kt (d, m) pre-scaled, valid (m,) or None -> (c, m)."""
     s = torch.mm(qc, kt, out=buf[: qc.shape[0]])  # (c, m)
-    if scale != 1.0:
-        s.mul_(scale)
-    if bias is not None:
-        s.add_(bias)  # -inf on invalid landmarks
+    if valid is not None:
+        s.masked_fill_(~valid, float("-inf"))
     s.sub_(s.amax(-1, keepdim=True)).exp_()
     return s.div_(s.sum(-1, keepdim=True))
 
 
 class _ShortKeyAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, scale):
-        b, h, n, d = q.shape
-        dv = v.shape[-1]
-        out = q.new_empty(b, n, h, dv)  # heads-interleaved so the caller's merge is a view
-        kt = k.mT.contiguous()  # (b, h, d, m)
-        vc = v.contiguous()
-        buf = q.new_empty(min(CHUNK_ROWS, n), k.shape[2])
-        for i in range(b):
-            bi = None if bias is None else bias[i]
-            for j in range(h):
-                for s0 in range(0, n, CHUNK_ROWS):
-                    s1 = min(s0 + CHUNK_ROWS, n)
-                    p = _probs(q[i, j, s0:s1], kt[i, j], bi, scale, buf)  # (c, m)
-                    torch.mm(p, vc[i, j], out=out[i, s0:s1, j])  # (c, dv)
-        ctx.save_for_backward(q, k, v, bias)
+    def forward(ctx, q, k, v, valid, scale):
+        b, h, n, _ = q.shape
+        m = k.shape[2]
+        out = q.new_empty(b, n, h, v.shape[-1])  # heads interleaved: the caller's head merge is a view
+        kt = (k * scale).mT.contiguous()  # (b, h, d, m)
+
+        def item(t: int) -> None:
+            i, j = divmod(t, h)
+            buf = q.new_empty(min(CHUNK_ROWS, n), m)
+            vi = None if valid is None else valid[i]
+            for s0 in range(0, n, CHUNK_ROWS):
+                p = _short_probs(q[i, j, s0 : s0 + CHUNK_ROWS], kt[i, j], vi, buf)  # (c, m)
+                torch.mm(p, v[i, j], out=out[i, s0 : s0 + CHUNK_ROWS, j])  # (c, dv)
+
+        parallel_for(item, range(b * h), device=q.device)
+        ctx.save_for_backward(q, k, v, valid)
         ctx.scale = scale
         return out.permute(0, 2, 1, 3)  # (b, h, n, dv) view
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
-        q, k, v, bias = ctx.saved_tensors
-        scale = ctx.scale
+        q, k, v, valid = ctx.saved_tensors
+        s = ctx.scale
         b, h, n, d = q.shape
         m = k.shape[2]
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        dq = q.new_empty(b, n, h, d) if need_q else None
-        dk = torch.zeros_like(k, memory_format=torch.contiguous_format) if need_k else None
-        dvv = torch.zeros_like(v, memory_format=torch.contiguous_format) if need_v else None
-        kt = k.mT.contiguous()
-        kc, vc = k.contiguous(), v.contiguous()
-        buf = q.new_empty(min(CHUNK_ROWS, n), m)
-        dp = q.new_empty(min(CHUNK_ROWS, n), m)
-        for i in range(b):
-            bi = None if bias is None else bias[i]
-            for j in range(h):
-                for s0 in range(0, n, CHUNK_ROWS):
-                    s1 = min(s0 + CHUNK_ROWS, n)
-                    qc, go = q[i, j, s0:s1], grad_out[i, j, s0:s1]  # (c, d), (c, dv)
-                    p = _probs(qc, kt[i, j], bi, scale, buf)  # (c, m) recomputed
-                    if need_v:
-                        dvv[i, j].addmm_(p.mT, go)  # (m, dv) += pᵀ dO
-                    if not (need_q or need_k):
+        kt = (k * s).mT.contiguous()  # (b, h, d, m)
+        ks = k * s  # (b, h, m, d)
+        dq = q.new_empty(b, n, h, d)
+        dk = torch.zeros(b, h, m, d, dtype=k.dtype, device=k.device)
+        dv = torch.zeros(b, h, m, v.shape[-1], dtype=v.dtype, device=v.device)
+
+        def item(t: int) -> None:
+            i, j = divmod(t, h)
+            buf = q.new_empty(min(CHUNK_ROWS, n), m)
+            dp = q.new_empty(min(CHUNK_ROWS, n), m)
+            vi = None if valid is None else valid[i]
+            for s0 in range(0, n, CHUNK_ROWS):
+                qc, go = (
+                    q[i, j, s0 : s0 + CHUNK_ROWS],
+                    grad_out[i, j, s0 : s0 + CHUNK_ROWS],
+                )  # (c, d), (c, dv)
+                p = _short_probs(qc, kt[i, j], vi, buf)  # (c, m) recomputed
+                dv[i, j].addmm_(p.mT, go)  # (m, dv) += pᵀ dO
+                ds = torch.mm(go, v[i, j].mT, out=dp[: qc.shape[0]])  # (c, m) dP = dO vᵀ
+                ds.sub_((ds * p).sum(-1, keepdim=True)).mul_(p)  # dS = P ∘ (dP − rowsum(P ∘ dP))
+                torch.mm(ds, ks[i, j], out=dq[i, s0 : s0 + CHUNK_ROWS, j])  # (c, d)
+                dk[i, j].addmm_(ds.mT, qc, alpha=s)  # (m, d)
+
+        parallel_for(item, range(b * h), device=q.device)
+        return (
+            dq.permute(0, 2, 1, 3) if need_q else None,
+            dk if need_k else None,
+            dv if need_v else None,
+            None,
+            None,
+        )
+
+
+class _LongKeyAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, scale):
+        b, h, m, _ = q.shape
+        n = k.shape[2]
+        qs = (q * scale).contiguous()  # (b, h, m, d)
+        out = q.new_empty(b, h, m, v.shape[-1])
+        lse = q.new_empty(b, h, m, 1)
+
+        def item(t: int) -> None:
+            i, j = divmod(t, h)
+            acc = out[i, j].zero_()  # (m, dv)
+            mx = q.new_full((m, 1), float("-inf"))
+            tot = q.new_zeros(m, 1)
+            buf = q.new_empty(m, min(CHUNK_KEYS, n))
+            for s0 in range(0, n, CHUNK_KEYS):
+                kc = k[i, j, s0 : s0 + CHUNK_KEYS]  # (c, d)
+                if key_mask is not None:
+                    mc = key_mask[i, s0 : s0 + CHUNK_KEYS]
+                    if not bool(mc.any()):
                         continue
-                    ds = torch.mm(go, vc[i, j].mT, out=dp[: s1 - s0])  # (c, m) dP = dO vᵀ
-                    ds.sub_((ds * p).sum(-1, keepdim=True)).mul_(p)  # dS = P ∘ (dP − rowsum(P ∘ dP))
-                    if scale != 1.0:
-                        ds.mul_(scale)
-                    if need_q:
-                        torch.mm(ds, kc[i, j], out=dq[i, s0:s1, j])  # (c, d)
-                    if need_k:
-                        dk[i, j].addmm_(ds.mT, qc)  # (m, d)
-        dq = dq.permute(0, 2, 1, 3) if need_q else None
-        return dq, dk, dvv, None, None
+                sc = torch.mm(qs[i, j], kc.mT, out=buf[:, : kc.shape[0]])  # (m, c)
+                if key_mask is not None:
+                    sc.masked_fill_(~mc, float("-inf"))
+                new = torch.maximum(mx, sc.amax(-1, keepdim=True))  # (m, 1)
+                sc.sub_(new).exp_()
+                corr = (mx - new).exp_()  # rescales what the earlier chunks accumulated
+                tot.mul_(corr).add_(sc.sum(-1, keepdim=True))
+                acc.mul_(corr).addmm_(sc, v[i, j, s0 : s0 + CHUNK_KEYS])  # (m, dv)
+                mx = new
+            acc.div_(tot)
+            torch.add(mx, tot.log(), out=lse[i, j])
+
+        parallel_for(item, range(b * h), device=q.device)
+        ctx.save_for_backward(qs, k, v, key_mask, out, lse)
+        ctx.scale = scale
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        qs, k, v, key_mask, out, lse = ctx.saved_tensors
+        b, h, m, d = qs.shape
+        n = k.shape[2]
+        go = grad_out.contiguous()
+        delta = (go * out).sum(-1, keepdim=True)  # (b, h, m, 1) = rowsum(P ∘ dP)
+        dq = torch.zeros_like(qs)
+        dk = k.new_empty(b, n, h, d)
+        dv = v.new_empty(b, n, h, v.shape[-1])
+
+        def item(t: int) -> None:
+            i, j = divmod(t, h)
+            buf = qs.new_empty(m, min(CHUNK_KEYS, n))
+            dp = qs.new_empty(m, min(CHUNK_KEYS, n))
+            for s0 in range(0, n, CHUNK_KEYS):
+                kc, vc = k[i, j, s0 : s0 + CHUNK_KEYS], v[i, j, s0 : s0 + CHUNK_KEYS]  # (c, d), (c, dv)
+                c = kc.shape[0]
+                p = torch.mm(qs[i, j], kc.mT, out=buf[:, :c])  # (m, c)
+                if key_mask is not None:
+                    p.masked_fill_(~key_mask[i, s0 : s0 + c], float("-inf"))
+                p.sub_(lse[i, j]).exp_()  # recomputed probabilities
+                torch.mm(p.mT, go[i, j], out=dv[i, s0 : s0 + c, j])  # (c, dv)
+                ds = torch.mm(go[i, j], vc.mT, out=dp[:, :c])  # (m, c)
+                ds.sub_(delta[i, j]).mul_(p)
+                torch.mm(ds.mT, qs[i, j], out=dk[i, s0 : s0 + c, j])  # (c, d)
+                dq[i, j].addmm_(ds, kc)  # (m, d), scaled below
+
+        parallel_for(item, range(b * h), device=qs.device)
+        dq.mul_(ctx.scale)
+        return dq, dk.permute(0, 2, 1, 3), dv.permute(0, 2, 1, 3), None, None
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def _row_unit_stride(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def short_key_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bias: torch.Tensor | None = None, scale: float
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, valid: torch.Tensor | None = None, scale: float
 ) -> torch.Tensor:
-    """Chunked ``softmax(q kᵀ·scale + bias) v`` for few keys.
+    """``softmax(q kᵀ·scale) v`` over few keys.
 
     Args:
-        q: (b, h, n, d) queries (any strides; per-head rows must be unit-stride).
-        k: (b, h, m, d) keys, m small.
-        v: (b, h, m, dv) values.
-        bias: optional (b, 1, m) additive score bias (0 or -inf), broadcast over heads and queries.
+        q: (b, h, n, d) queries (any strides).
+        k: (b, h, m, d) keys; v: (b, h, m, dv) values; m small.
+        valid: optional bool (b, m); False keys get probability 0 (every row needs one True).
         scale: multiplier of the scores.
 
     Returns:
-        (b, h, n, dv), a view of a contiguous (b, n, h, dv) buffer.
+        (b, h, n, dv); on CPU a view of a contiguous (b, n, h, dv) buffer.
     """
-    if q.stride(-1) != 1:
-        q = q.contiguous()
-    return _ShortKeyAttention.apply(q, k, v, bias, float(scale))
+    if q.device.type != "cpu":
+        mask = None if valid is None else valid[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if q.dtype in _HALF:  # CPU: accumulate softmax sums in float32; the result returns in q's dtype
+        return short_key_attention(q.float(), k.float(), v.float(), valid=valid, scale=scale).to(q.dtype)
+    return _ShortKeyAttention.apply(_row_unit_stride(q), k.contiguous(), v.contiguous(), valid, float(scale))
+
+
+def long_key_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, key_mask: torch.Tensor | None = None, scale: float
+) -> torch.Tensor:
+    """``softmax(q kᵀ·scale) v`` for few queries over many keys, streamed with an online softmax.
+
+    Args:
+        q: (b, h, m, d) queries, m small.
+        k: (b, h, n, d) keys; v: (b, h, n, dv) values (any strides).
+        key_mask: optional bool (b, n), True = real key (every row needs one).
+        scale: multiplier of the scores.
+
+    Returns:
+        (b, h, m, dv).
+    """
+    if q.device.type != "cpu":
+        mask = None if key_mask is None else key_mask[:, None, None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if q.dtype in _HALF:  # CPU: the online softmax's running sums need float32
+        return long_key_attention(q.float(), k.float(), v.float(), key_mask=key_mask, scale=scale).to(q.dtype)
+    return _LongKeyAttention.apply(q, _row_unit_stride(k), _row_unit_stride(v), key_mask, float(scale))
