@@ -8,10 +8,10 @@ import torch
 from nystrom.functional import (
     iterative_pinv,
     kernels,
+    long_key_attention,
     nystrom_attention,
     nystrom_attention_materialized,
     segment_means,
-    long_key_attention,
     short_key_attention,
     softmax_attention,
 )
