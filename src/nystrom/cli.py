@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--out", type=Path, default=Path("docs"), help="folder for the CSV and benchmarks.md")
     ba.add_argument("--no-markdown", action="store_true", help="do not update OUT/benchmarks.md")
     ba.set_defaults(func=_cmd_bench_attention)
+
+    from nystrom.data.lra.commands import register as register_data
+
+    register_data(sub)
     return p
 
 

@@ -112,12 +112,15 @@ class PairDataset(Dataset):
 class PixelDataset(Dataset):
     """Fixed-length grey-level images: item ``i`` is ``(pixels (H*W,) int64 in 0..255, label () int64)``."""
 
-    def __init__(self, pixels: np.ndarray, labels: np.ndarray, *, source: str) -> None:
+    def __init__(self, pixels: np.ndarray, labels: np.ndarray, *, source: str, skipped: int = 0) -> None:
         if pixels.ndim != 2 or pixels.dtype != np.uint8:
-            raise ValueError(f"{source}: pixels must be a (N, H*W) uint8 array, got {pixels.shape} {pixels.dtype}")
+            raise ValueError(
+                f"{source}: pixels must be a (N, H*W) uint8 array, got {pixels.shape} {pixels.dtype}"
+            )
         self.pixels = pixels  # (N, H*W)
         self.labels = _check_labels(labels, pixels.shape[0])  # (N,)
         self.source = source
+        self.skipped = skipped  # examples left out on purpose (e.g. Pathfinder's empty PNGs)
 
     def __len__(self) -> int:
         return self.pixels.shape[0]

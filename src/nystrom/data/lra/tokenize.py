@@ -26,6 +26,15 @@ LISTOPS_VOCAB_SIZE = len(LISTOPS_VOCAB)  # 16: pad + 15 symbols
 BYTE_VOCAB_SIZE = 257  # pad + 256 byte values
 PIXEL_VOCAB_SIZE = 256
 _PARENS = frozenset(("(", ")"))
+# Fast path: each symbol becomes one character, so a whole line is one table lookup.
+_OP_CHARS = tuple(zip(LISTOPS_OPERATORS, ("\x01", "\x02", "\x03", "\x04")))
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[ord(c) for c in " \t\n\r\x0b\x0c"]] = True
+_PAREN = np.zeros(256, dtype=bool)
+_PAREN[[ord("("), ord(")")]] = True
+_LUT = np.full(256, 255, dtype=np.uint8)
+for _tok, _ch in (*_OP_CHARS, *((t, t) for t in (LISTOPS_END, *LISTOPS_DIGITS))):
+    _LUT[ord(_ch)] = LISTOPS_TOKEN_TO_ID[_tok]
 
 
 def listops_symbols(source: str) -> list[str]:
@@ -38,7 +47,17 @@ def encode_listops(source: str, *, max_length: int, where: str = "source") -> np
 
     ``where`` names the origin (e.g. ``"basic_train.tsv line 17"``) in the error for an unknown symbol.
     """
-    ids: list[int] = []
+    if source.isascii() and not any(ch in source for _, ch in _OP_CHARS):
+        compact = source
+        for tok, ch in _OP_CHARS:
+            compact = compact.replace(tok, ch)
+        b = np.frombuffer(compact.encode("ascii"), dtype=np.uint8)  # (chars,)
+        solid = ~_WHITESPACE[b]
+        if not (solid[1:] & solid[:-1]).any():  # every symbol is one character between blanks
+            fast = _LUT[b[solid & ~_PAREN[b]]]  # (n,)
+            if not (fast == 255).any():
+                return fast[:max_length]
+    ids: list[int] = []  # slow path: also the one that names the offending symbol
     for tok in listops_symbols(source):
         tid = LISTOPS_TOKEN_TO_ID.get(tok)
         if tid is None or tid == PAD_ID:

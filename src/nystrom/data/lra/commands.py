@@ -1,0 +1,85 @@
+"""``nystrom data ...`` sub-commands: generate ListOps and Pathfinder locally (no downloads).
+
+Wire with ``register(subparsers)`` from the top-level CLI; each leaf sets ``func(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tqdm import tqdm
+
+from nystrom.data.lra.listops import generate_listops
+from nystrom.data.lra.pathfinder_io import DIFFICULTY_DIRS, generate_pathfinder
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text}")
+    return value
+
+
+def _run_listops(args: argparse.Namespace) -> int:
+    total = args.train + args.dev + args.test
+    with tqdm(total=total, desc="listops", unit="ex") as bar:
+        paths = generate_listops(
+            args.out_dir,
+            train=args.train,
+            dev=args.dev,
+            test=args.test,
+            seed=args.seed,
+            workers=args.workers,
+            chunk_size=args.chunk_size,
+            progress=bar.update,
+        )
+    for split, path in paths.items():
+        print(f"{split}: {path}")
+    return 0
+
+
+def _run_pathfinder(args: argparse.Namespace) -> int:
+    with tqdm(total=args.count, desc=f"pathfinder-{args.difficulty}", unit="img") as bar:
+        root = generate_pathfinder(
+            args.out_dir,
+            difficulty=args.difficulty,
+            count=args.count,
+            seed=args.seed,
+            images_per_batch=args.images_per_batch,
+            workers=args.workers,
+            progress=bar.update,
+        )
+    print(f"wrote {args.count} images under {root}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``data listops`` and ``data pathfinder`` to a top-level ``add_subparsers()`` object."""
+    data = subparsers.add_parser("data", help="generate Long Range Arena data locally")
+    sub = data.add_subparsers(dest="data_command", required=True)
+
+    lo = sub.add_parser("listops", help="ListOps TSVs like the LRA release (basic_{train,val,test}.tsv)")
+    lo.add_argument("out_dir", metavar="OUT_DIR")
+    lo.add_argument("--train", type=_non_negative, default=96_000, help="train examples (default 96000)")
+    lo.add_argument("--dev", type=_non_negative, default=2_000, help="dev examples (default 2000)")
+    lo.add_argument("--test", type=_non_negative, default=2_000, help="test examples (default 2000)")
+    lo.add_argument("--seed", type=int, default=0)
+    lo.add_argument("--workers", type=_positive, default=1, help="processes; output does not depend on it")
+    lo.add_argument("--chunk-size", type=_positive, default=500, help="examples per seeded chunk")
+    lo.set_defaults(func=_run_listops)
+
+    pf = sub.add_parser("pathfinder", help="Pathfinder 32x32 PNG folders + metadata like the LRA release")
+    pf.add_argument("out_dir", metavar="OUT_DIR")
+    pf.add_argument("--difficulty", type=int, choices=sorted(DIFFICULTY_DIRS), default=14)
+    pf.add_argument("--count", type=_positive, default=1000, help="number of images (default 1000)")
+    pf.add_argument("--seed", type=int, default=0)
+    pf.add_argument("--workers", type=_positive, default=1, help="processes; output does not depend on it")
+    pf.add_argument("--images-per-batch", type=_positive, default=1000, help="images per imgs/<batch> folder")
+    pf.set_defaults(func=_run_pathfinder)

@@ -1,0 +1,166 @@
+"""Loaders for IMDB, AAN and CIFAR-10 on tiny fixtures in the real formats, plus the CLI hook."""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from nystrom.data.lra.commands import register
+from nystrom.data.lra.listops import read_listops_tsv
+from nystrom.data.lra.listops_eval import evaluate_listops
+from nystrom.data.lra.loaders import cifar_to_grey, load_aan, load_cifar10, load_imdb
+from nystrom.data.lra.pathfinder_io import read_metadata
+from nystrom.data.lra.tokenize import decode_bytes, encode_bytes
+
+
+def _imdb(root: Path) -> Path:
+    base = root / "aclImdb"
+    texts = {
+        ("train", "neg"): {"0_3.txt": b"Bad.", "10_1.txt": b"Awful \xe2\x80\x94 truly."},
+        ("train", "pos"): {"2_9.txt": b"Great film!"},
+        ("test", "neg"): {"1_2.txt": b"Meh"},
+        ("test", "pos"): {"5_10.txt": b"Loved it"},
+    }
+    for (split, label), files in texts.items():
+        (base / split / label).mkdir(parents=True)
+        for name, data in files.items():
+            (base / split / label / name).write_bytes(data)
+    return base
+
+
+def test_imdb_bytes_plus_one(tmp_path: Path) -> None:
+    base = _imdb(tmp_path)
+    ds = load_imdb(base, split="train", max_length=12)
+    assert len(ds) == 3 and ds.labels.tolist() == [0, 0, 1]
+    x, y = ds[1]  # 10_1.txt sorts after 0_3.txt numerically
+    raw = b"Awful \xe2\x80\x94 truly."[:12]
+    assert x.dtype == torch.int64 and x.shape == (12,) and int(y) == 0
+    assert x.tolist() == [b + 1 for b in raw]
+    x0, _ = ds[0]
+    assert x0.tolist() == [ord(c) + 1 for c in "Bad."] + [0] * 8
+    assert decode_bytes(x0.numpy()) == b"Bad."
+    dev = load_imdb(base, split="dev", max_length=8)
+    assert dev.labels.tolist() == [0, 1] and dev[1][0].tolist() == [ord(c) + 1 for c in "Loved it"]
+
+
+def test_imdb_missing_and_empty_folders(tmp_path: Path) -> None:
+    base = _imdb(tmp_path)
+    with pytest.raises(FileNotFoundError, match="IMDB folder not found: .*nope"):
+        load_imdb(tmp_path / "nope", split="train")
+    for f in (base / "test" / "pos").iterdir():
+        f.unlink()
+    with pytest.raises(ValueError, match=r"test/pos holds no .txt reviews"):
+        load_imdb(base, split="test")
+
+
+def _aan(root: Path, lines: list[bytes], split: str = "train") -> None:
+    (root / f"new_aan_pairs.{split}.tsv").write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_aan_pairs(tmp_path: Path) -> None:
+    _aan(tmp_path, [b"1.0\tP1\tP2\tfirst doc\tsecond", b'0\tP3\tP4\t"quoted"\tx\r'], "eval")
+    ds = load_aan(tmp_path, split="dev", max_length=6)
+    assert len(ds) == 2 and ds.labels.tolist() == [1, 0]
+    a, b, y = ds[0]
+    assert a.tolist() == [c + 1 for c in b"first "] and b.tolist() == [c + 1 for c in b"second"]
+    assert a.dtype == b.dtype == y.dtype == torch.int64 and int(y) == 1
+    a, b, _ = ds[1]
+    assert a.tolist() == [c + 1 for c in b'"quote'] and b.tolist() == [ord("x") + 1, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"1\tP1\tP2\tonly four", "new_aan_pairs.train.tsv line 2: expected 5 tab-separated fields, got 4"),
+        (b"yes\tP1\tP2\ta\tb", "new_aan_pairs.train.tsv line 2: label must be 0 or 1, got 'yes'"),
+        (b"2\tP1\tP2\ta\tb", "new_aan_pairs.train.tsv line 2: label must be 0 or 1"),
+    ],
+)
+def test_aan_malformed_lines(tmp_path: Path, line: bytes, message: str) -> None:
+    _aan(tmp_path, [b"0\tA\tB\tx\ty", line])
+    with pytest.raises(ValueError, match=message):
+        load_aan(tmp_path, split="train")
+    with pytest.raises(FileNotFoundError, match="new_aan_pairs.test.tsv"):
+        load_aan(tmp_path, split="test")
+
+
+def _cifar(root: Path, n: int = 4) -> Path:
+    base = root / "cifar-10-batches-py"
+    base.mkdir()
+    rng = np.random.default_rng(0)
+    for i, name in enumerate([*(f"data_batch_{k}" for k in range(1, 6)), "test_batch"]):
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        labels = [(i + j) % 10 for j in range(n)]
+        with open(base / name, "wb") as f:
+            pickle.dump({b"data": data, b"labels": labels, b"batch_label": name.encode()}, f)
+    return base
+
+
+def test_cifar_grey_formula() -> None:
+    pixels = [(255, 255, 255), (255, 0, 0), (0, 255, 0), (0, 0, 255), (10, 20, 30), (0, 0, 0)]
+    data = np.zeros((len(pixels), 3072), dtype=np.uint8)
+    for i, (r, g, b) in enumerate(pixels):
+        data[i, 0], data[i, 1024], data[i, 2048] = r, g, b
+    # tf.image.rgb_to_grayscale on uint8: floor((0.2989 R + 0.587 G + 0.114 B) / 255 * 255.5)
+    assert cifar_to_grey(data)[:, 0].tolist() == [255, 76, 149, 29, 18, 0]
+
+
+def test_cifar_splits(tmp_path: Path) -> None:
+    base = _cifar(tmp_path)
+    train = load_cifar10(base, split="train", train_size=18)
+    dev = load_cifar10(base, split="dev", train_size=18)
+    test = load_cifar10(base, split="test")
+    assert (len(train), len(dev), len(test)) == (18, 2, 4)
+    x, y = dev[1]
+    with open(base / "data_batch_5", "rb") as f:
+        last = pickle.load(f, encoding="bytes")
+    assert x.shape == (1024,) and x.dtype == torch.int64 and int(y) == last[b"labels"][3]
+    assert torch.equal(x, torch.from_numpy(cifar_to_grey(last[b"data"][3:4])[0].astype(np.int64)))
+    inputs, labels = test.tensors()
+    assert inputs.shape == (4, 1024) and labels.tolist() == [5, 6, 7, 8]
+
+
+def test_cifar_errors_name_the_file(tmp_path: Path) -> None:
+    base = _cifar(tmp_path)
+    (base / "data_batch_3").unlink()
+    with pytest.raises(FileNotFoundError, match="data_batch_3"):
+        load_cifar10(base, split="train", train_size=10)
+    (base / "test_batch").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="test_batch: not a CIFAR-10 python pickle"):
+        load_cifar10(base, split="test")
+    with open(base / "test_batch", "wb") as f:
+        pickle.dump({b"data": np.zeros((2, 10), dtype=np.uint8), b"labels": [0, 1]}, f)
+    with pytest.raises(ValueError, match=r"test_batch: expected b'data' \(N, 3072\)"):
+        load_cifar10(base, split="test")
+
+
+def test_encode_bytes_round_trip() -> None:
+    ids = encode_bytes("héllo".encode(), max_length=100)
+    assert ids.min() >= 1 and decode_bytes(ids) == "héllo".encode()
+
+
+def _cli() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nystrom")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def test_cli_listops_and_pathfinder(tmp_path: Path) -> None:
+    args = _cli().parse_args(
+        ["data", "listops", str(tmp_path / "lo"), "--train", "3", "--dev", "1", "--test", "1"]
+    )
+    assert args.func(args) == 0
+    rows = read_listops_tsv(tmp_path / "lo" / "basic_train.tsv")
+    assert len(rows) == 3 and all(evaluate_listops(s) == y for s, y in rows)
+    args = _cli().parse_args(
+        ["data", "pathfinder", str(tmp_path / "pf"), "--difficulty", "6", "--count", "4"]
+    )
+    assert args.func(args) == 0
+    assert len(read_metadata(tmp_path / "pf" / "curv_baseline" / "metadata" / "0.npy")) == 4
+    with pytest.raises(SystemExit):
+        _cli().parse_args(["data", "pathfinder", str(tmp_path), "--difficulty", "7"])

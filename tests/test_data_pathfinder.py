@@ -1,0 +1,218 @@
+"""Pathfinder generator, PNG codec, release layout + metadata, and the folder loader."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+import torch
+
+from nystrom.data.lra.pathfinder import PathfinderConfig
+from nystrom.data.lra.pathfinder_io import generate_pathfinder, load_pathfinder, read_metadata
+from nystrom.data.lra.pathfinder_sample import sample_pathfinder
+from nystrom.data.lra.png import decode_png, encode_png, read_png, write_png
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pf")
+    generate_pathfinder(out, difficulty=14, count=24, seed=5, images_per_batch=10)
+    return out
+
+
+def test_config_matches_lra_pathfinder32() -> None:
+    cfg = PathfinderConfig()
+    assert (cfg.window, cfg.paddle_length, cfg.paddle_thickness, cfg.margin) == (32, 2, 0.5, 1)
+    assert (cfg.marker_radius, cfg.seed_distance, cfg.continuity, cfg.antialias_scale) == (1.5, 7, 1.0, 2)
+    assert (cfg.distractor_length, cfg.num_distractor_snakes) == (4, 5)
+    assert (
+        PathfinderConfig(contour_length=9).distractor_length,
+        PathfinderConfig(contour_length=6).num_distractor_snakes,
+    ) == (3, 10)
+
+
+@pytest.mark.parametrize("length", [6, 9, 14])
+def test_sample_shape_range_and_determinism(length: int) -> None:
+    cfg = PathfinderConfig(contour_length=length)
+    a = sample_pathfinder(cfg, np.random.default_rng(1), 1)
+    b = sample_pathfinder(cfg, np.random.default_rng(1), 1)
+    c = sample_pathfinder(cfg, np.random.default_rng(2), 1)
+    assert a.shape == (32, 32) and a.dtype == np.uint8
+    assert a.min() == 0 and a.max() == 255
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    lit = (a > 0).mean()  # two long targets plus distractors: a real fraction of the image is drawn
+    assert 0.1 < lit < 0.7
+
+
+def test_layout_and_metadata(folder: Path) -> None:
+    root = folder / "curv_contour_length_14"
+    assert sorted(p.name for p in (root / "metadata").iterdir()) == ["0.npy", "1.npy", "2.npy"]
+    assert len(list((root / "imgs" / "2").glob("sample_*.png"))) == 4
+    lines = (root / "metadata" / "1.npy").read_text().splitlines()
+    assert len(lines) == 10
+    fields = lines[3].split(" ")
+    assert fields[:3] == ["imgs/1", "sample_3.png", "3"] and fields[3] in ("0", "1")
+    assert fields[4:] == ["1.0", "14", "4", "2", "0.5", "1", "1"]
+
+
+def test_labels_balanced_per_batch(folder: Path) -> None:
+    meta = folder / "curv_contour_length_14" / "metadata"
+    for name, n in (("0.npy", 10), ("1.npy", 10), ("2.npy", 4)):
+        labels = [label for _, _, label in read_metadata(meta / name)]
+        assert len(labels) == n and sum(labels) == n // 2
+
+
+def test_same_seed_same_bytes_any_worker_count(tmp_path: Path, folder: Path) -> None:
+    generate_pathfinder(tmp_path, difficulty=14, count=24, seed=5, images_per_batch=10, workers=2)
+    ref, new = folder / "curv_contour_length_14", tmp_path / "curv_contour_length_14"
+    files = sorted(p.relative_to(ref) for p in ref.rglob("*") if p.is_file())
+    assert len(files) == 27
+    assert all((ref / f).read_bytes() == (new / f).read_bytes() for f in files)
+    generate_pathfinder(tmp_path / "s6", difficulty=14, count=2, seed=6)
+    other = tmp_path / "s6" / "curv_contour_length_14" / "imgs" / "0" / "sample_0.png"
+    assert other.read_bytes() != (ref / "imgs" / "0" / "sample_0.png").read_bytes()
+
+
+def test_loader_reads_back_splits(folder: Path) -> None:
+    train = load_pathfinder(folder, split="train", difficulty=14)
+    dev = load_pathfinder(folder, split="dev", difficulty=14)
+    test = load_pathfinder(folder / "curv_contour_length_14", split="test", difficulty=None)
+    assert (len(train), len(dev), len(test)) == (19, 2, 3)  # int(0.8 * 24), int(0.9 * 24)
+    x, y = train[3]
+    assert x.shape == (1024,) and x.dtype == torch.int64 and y.dtype == torch.int64
+    png = read_png(folder / "curv_contour_length_14" / "imgs" / "0" / "sample_3.png")
+    assert torch.equal(x, torch.from_numpy(png.reshape(-1).astype(np.int64)))
+    assert int(y) == read_metadata(folder / "curv_contour_length_14" / "metadata" / "0.npy")[3][2]
+    assert int(x.min()) >= 0 and int(x.max()) <= 255
+
+
+def test_png_round_trip_and_matplotlib_agrees(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    for shape in [(32, 32), (1, 7), (5, 1), (17, 3)]:
+        image = rng.integers(0, 256, size=shape, dtype=np.uint8)
+        assert np.array_equal(decode_png(encode_png(image)), image)
+    image = rng.integers(0, 256, size=(32, 32), dtype=np.uint8)
+    write_png(tmp_path / "a.png", image)
+    theirs = mpimg.imread(tmp_path / "a.png")  # an independent decoder
+    assert np.array_equal(np.rint(theirs * 255).astype(np.uint8), image)
+
+
+def _filtered_png(image: np.ndarray, ftype: int) -> bytes:
+    """Reference encoder for one PNG filter type on every row (1 byte per pixel)."""
+    h, w = image.shape
+    img = image.astype(np.int64)
+    rows = []
+    for y in range(h):
+        prior = img[y - 1] if y else np.zeros(w, dtype=np.int64)
+        out = []
+        for x in range(w):
+            a = img[y, x - 1] if x else 0
+            b, c = prior[x], (prior[x - 1] if x else 0)
+            p = a + b - c
+            paeth = (
+                a
+                if abs(p - a) <= abs(p - b) and abs(p - a) <= abs(p - c)
+                else (b if abs(p - b) <= abs(p - c) else c)
+            )
+            pred = [0, a, b, (a + b) // 2, paeth][ftype]
+            out.append((img[y, x] - pred) % 256)
+        rows.append(bytes([ftype, *out]))
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
+
+
+@pytest.mark.parametrize("ftype", [0, 1, 2, 3, 4])
+def test_png_decoder_handles_every_filter(ftype: int) -> None:
+    image = np.random.default_rng(ftype).integers(0, 256, size=(9, 13), dtype=np.uint8)
+    assert np.array_equal(decode_png(_filtered_png(image, ftype)), image)
+
+
+def test_png_errors_name_the_file(tmp_path: Path) -> None:
+    rgba = tmp_path / "rgba.png"
+    mpimg.imsave(rgba, np.zeros((4, 4)), cmap="gray")  # matplotlib writes RGBA
+    with pytest.raises(ValueError, match=r"rgba.png: only 8-bit greyscale"):
+        read_png(rgba)
+    data = bytearray(encode_png(np.zeros((4, 4), dtype=np.uint8)))
+    data[30] ^= 0xFF
+    with pytest.raises(ValueError, match="bad.png: CRC mismatch"):
+        decode_png(bytes(data), name="bad.png")
+    with pytest.raises(ValueError, match="not a PNG"):
+        decode_png(b"hello", name="x.png")
+
+
+def test_metadata_errors_name_file_and_line(tmp_path: Path, folder: Path) -> None:
+    meta = tmp_path / "0.npy"
+    meta.write_text("imgs/0 sample_0.png 0 1\nimgs/0 sample_1.png 1\n")
+    with pytest.raises(ValueError, match="0.npy line 2: expected at least 4 space-separated fields, got 3"):
+        read_metadata(meta)
+    meta.write_text("imgs/0 sample_0.png 0 7\n")
+    with pytest.raises(ValueError, match="0.npy line 1: label"):
+        read_metadata(meta)
+    np.save(tmp_path / "arr.npy", np.array([["imgs/0", "sample_0.png", "0", "1", "1.0"]]))
+    assert read_metadata(tmp_path / "arr.npy") == [("imgs/0", "sample_0.png", 1)]
+    with pytest.raises(FileNotFoundError, match="metadata"):
+        load_pathfinder(tmp_path / "nowhere", split="train")
+
+
+def test_missing_and_empty_images(tmp_path: Path) -> None:
+    root = tmp_path / "curv_baseline"
+    (root / "imgs" / "0").mkdir(parents=True)
+    (root / "metadata").mkdir()
+    write_png(root / "imgs" / "0" / "sample_0.png", np.full((32, 32), 7, dtype=np.uint8))
+    (root / "imgs" / "0" / "sample_1.png").write_bytes(b"")
+    (root / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 1\nimgs/0 sample_1.png 1 0\n")
+    ds = load_pathfinder(tmp_path, split="test", difficulty=6)  # [90%:] of 2 rows = the last row, empty
+    assert len(ds) == 0 and ds.skipped == 1
+    (root / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 1\nimgs/0 sample_9.png 1 0\n")
+    with pytest.raises(FileNotFoundError, match="0.npy line 2: image not found"):
+        load_pathfinder(tmp_path, split="test", difficulty=6)
+
+
+def _joined(drawn: np.ndarray, a: tuple[int, int], b: tuple[int, int], reach: int) -> bool:
+    """Whether drawn pixels link ``a`` to ``b`` with hops of at most ``reach`` (Chebyshev)."""
+    todo, seen = [a], {a}
+    while todo:
+        y, x = todo.pop()
+        if (y, x) == b:
+            return True
+        for dy in range(-reach, reach + 1):
+            for dx in range(-reach, reach + 1):
+                p = (y + dy, x + dx)
+                if p not in seen and 0 <= p[0] < drawn.shape[0] and 0 <= p[1] < drawn.shape[1] and drawn[p]:
+                    seen.add(p)
+                    todo.append(p)
+    return False
+
+
+@pytest.mark.parametrize("length", [6, 14])
+def test_marker_tips_are_the_two_ends_of_one_target(length: int) -> None:
+    from nystrom.data.lra.pathfinder import _Canvas
+    from nystrom.data.lra.pathfinder_sample import _two_snakes
+
+    cfg, rng, checked = PathfinderConfig(contour_length=length), np.random.default_rng(0), 0
+    while checked < 5:
+        cv = _Canvas(cfg, rng)
+        pair = _two_snakes(cv)
+        if pair is None:
+            continue
+        images, origins, terminals = pair
+        for s in (0, 1):
+            drawn = cv.window(images[s]) > 0
+            assert drawn[origins[s]] and drawn[terminals[s]]
+            # paddles are 2 * margin apart, plus up to 2 from the round-ups of translate_coord: hops <= 4
+            assert _joined(drawn, tuple(origins[s]), tuple(terminals[s]), reach=4)
+            assert abs(origins[s][0] - terminals[s][0]) + abs(origins[s][1] - terminals[s][1]) > 0
+        checked += 1
