@@ -91,8 +91,7 @@ class AttentionBase(nn.Module):
     def _attend(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
-        qkv = self.qkv(x).unflatten(-1, (3, self.heads, self.dim_head))  # (b, n, 3, h, d)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (b, h, n, d), views, no copy
+        q, k, v = _SplitHeads.apply(self.qkv(x), self.heads, self.dim_head)  # each (b, h, n, d), views
         o = self.core(q, k, v, key_padding_mask)  # (b, h, n, d)
         if self.conv is not None:
             if key_padding_mask is not None:  # padding must not leak into real tokens through the conv
@@ -102,3 +101,28 @@ class AttentionBase(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"
+
+
+class _SplitHeads(torch.autograd.Function):
+    """(b, n, 3·h·d) -> q, k, v views (b, h, n, d); the backward writes the three gradients straight into
+    one (b, n, 3, h, d) buffer (autograd's unbind/permute/reshape chain would copy twice)."""
+
+    @staticmethod
+    def forward(ctx, qkv, heads, dim_head):
+        ctx.shape = qkv.shape
+        parts = qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4)  # (3, b, h, n, d)
+        return parts[0], parts[1], parts[2]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dq, dk, dv):
+        b, n, e3 = ctx.shape
+        ref = next(g for g in (dq, dk, dv) if g is not None)
+        h, d = ref.shape[1], ref.shape[3]
+        grad = ref.new_empty(b, n, 3, h, d)
+        for i, g in enumerate((dq, dk, dv)):
+            if g is None:
+                grad[:, :, i].zero_()
+            else:
+                grad[:, :, i].copy_(g.transpose(1, 2))  # (b, n, h, d)
+        return grad.view(b, n, e3), None, None
