@@ -1,0 +1,177 @@
+"""Smoke tests of the Table 1 benchmark, the approximation study and their commands (tiny sizes only)."""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from nystrom.attention import SoftmaxAttention
+from nystrom.bench import approx, table1
+from nystrom.bench.commands import register
+
+
+def _row(method, n, mb, ms):
+    return {"method": method, "label": table1.METHODS[method][0], "n": n, "peak_mb": mb, "ms": ms}
+
+
+def test_table1_render_paper_cells_and_ratios():
+    rows = [
+        _row("transformer", 4096, 2620.0, 32.9),
+        _row("nystrom-64", 4096, 229.0, 5.9),
+        _row("transformer", 8192, 10233.0, 155.4),
+        _row("nystrom-64", 8192, 450.0, 12.3),
+        _row("longformer-257", 4096, 263.0, 18.5),
+        {"method": "longformer-257", "label": "Longformer-257", "n": 8192, "skipped": "n > --max-n 4096"},
+    ]
+    text = table1.render(rows)
+    lines = text.splitlines()
+    assert lines[0] == "| self-attention | 4096 MB | 4096 ms | 8192 MB | 8192 ms |"
+    nys = next(line for line in lines if line.startswith("| Nyströmformer-64"))
+    # the paper's own cells: 229 (11.4×) 5.90 (5.6×) 450 (22.7×) 12.3 (12.6×)
+    assert nys == "| Nyströmformer-64 | 229 (11.4×) | 5.90 (5.6×) | 450 (22.7×) | 12.3 (12.6×) |"
+    assert "| Transformer | 2620 (1.0×) | 32.9 (1.0×) |" in text
+    lf = next(line for line in lines if line.startswith("| Longformer-257"))
+    assert lf.endswith("| 263 (10.0×) | 18.5 (1.8×) | skip | skip |")
+    assert "- Longformer-257 at n=8192: n > --max-n 4096" in text
+    assert "SDPA" not in text  # methods without rows are left out
+
+
+def test_table1_slower_method_gets_ratio_below_one():
+    text = table1.render([_row("transformer", 512, 54.0, 0.8), _row("longformer-257", 512, 32.2, 2.4)])
+    assert "| Longformer-257 | 32.2 (1.7×) | 2.40 (0.33×) |" in text
+
+
+def test_materialized_baseline_matches_fused_softmax():
+    torch.manual_seed(0)
+    ours = table1.build_module("transformer", n=40, heads=2, dim_head=8)
+    ref = SoftmaxAttention(16, heads=2, dim_head=8)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(2, 40, 16)
+    mask = torch.ones(2, 40, dtype=torch.bool)
+    mask[1, 30:] = False
+    torch.testing.assert_close(ours(x, mask)[:, :30], ref(x, mask)[:, :30], atol=1e-5, rtol=1e-5)
+
+
+def test_child_entry_point_runs_one_case(capsys):
+    res = table1.child_main(
+        [
+            "nystrom-32",
+            "96",
+            "--heads",
+            "2",
+            "--dim-head",
+            "8",
+            "--repeats",
+            "1",
+            "--budget",
+            "1",
+            "--backward",
+        ]
+    )
+    assert res["ms"] > 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == res
+
+
+def test_child_rejects_unavailable_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        table1.check_device("cuda")
+
+
+def test_table1_run_writes_outputs(tmp_path):
+    md = tmp_path / "benchmarks.md"
+    md.write_text("# B\n\n<!-- table1:start -->\nold\n<!-- table1:end -->\n\ntail\n")
+    rows = table1.run(
+        lengths=[64, 128],
+        methods=("transformer", "linformer-256"),
+        heads=2,
+        dim_head=8,
+        max_n=64,
+        repeats=1,
+        budget_s=0.5,
+        out_dir=tmp_path,
+        markdown=md,
+        command="nystrom bench --test",
+    )
+    got = {(r["method"], r["n"]): r for r in rows}
+    assert got[("linformer-256", 128)]["skipped"] == "n > --max-n 64"
+    assert got[("transformer", 128)]["ms"] > 0 and "error" not in got[("linformer-256", 64)]
+    text = md.read_text()
+    assert "old" not in text and text.endswith("tail\n") and "`nystrom bench --test`" in text
+    assert "| Linformer-256 |" in text and (tmp_path / "table1_fwd.png").stat().st_size > 1000
+    assert (tmp_path / "table1_fwd.csv").read_text().count("\n") == 5  # header + 4 cases
+
+
+def test_approx_errors_decrease_with_budget_on_lowrank():
+    q, k, v = approx.lowrank_qkv(64, heads=2, dim_head=16, seed=1)
+    rows = approx.sweep(
+        "lowrank",
+        q,
+        k,
+        v,
+        methods=("nystrom", "longformer", "linformer-pool", "uniform"),
+        params=(4, 16, 64),
+        trials=1,
+    )
+    err = {(r["method"], r["param"]): r["rel_err"] for r in rows}
+    for method in ("nystrom", "longformer", "linformer-pool"):
+        assert err[(method, 4)] > err[(method, 16)] > err[(method, 64)], method
+    assert err[("nystrom", 64)] < 0.05  # m = n: landmarks are the tokens themselves
+    assert err[("nystrom", 16)] < err[("uniform", 0)]
+
+
+def test_reformer_reference_is_lsh_with_one_bucket():
+    from nystrom.functional.reformer import lsh_attention, lsh_num_buckets, random_rotations
+
+    q, _, v = approx.lowrank_qkv(32, heads=2, dim_head=8)
+    rot = random_rotations(2, 8, lsh_num_buckets(32, 32), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(
+        lsh_attention(q, v, rot, bucket_size=32), approx.shared_qk_attention(q, v), atol=1e-5, rtol=1e-5
+    )
+    assert (
+        approx.relative_error(
+            approx.approximate("reformer", q, q, v, 32, seed=0), approx.shared_qk_attention(q, v)
+        )
+        < 1e-5
+    )
+
+
+def test_approx_render_tables():
+    rows = [
+        {"family": "lowrank", "n": n, "method": me, "param": m, "rel_err": e}
+        for n, me, m, e in [
+            (64, "nystrom", 8, 0.5),
+            (64, "nystrom", 32, 0.25),
+            (128, "nystrom", 8, 0.6),
+            (128, "nystrom", 32, 0.125),
+            (128, "uniform", 0, 0.9),
+            (64, "uniform", 0, 0.95),
+        ]
+    ]
+    text = approx.render(rows, family="lowrank", focus=32)
+    assert (
+        "| method | m=8 | m=32 |\n|---|---:|---:|\n| nystrom | 0.600 | 0.125 |\n| uniform | 0.900 | 0.900 |"
+        in text
+    )
+    assert "| nystrom | 0.250 | 0.125 |" in text and "| uniform | 0.950 | 0.900 |" in text
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="nystrom")
+    register(p.add_subparsers(dest="command", required=True))
+    return p.parse_args(argv)
+
+
+def test_commands_parse_and_reject_foreign_options():
+    args = _parse(["bench"])
+    assert args.suite == "table1" and args.func.__name__ == "_cmd_bench"
+    assert _parse(["bench", "core", "--modes", "core,fwd"]).modes == ("core", "fwd")
+    with pytest.raises(SystemExit, match="--landmarks"):
+        args.func(_parse(["bench", "--landmarks", "32"]))
+    with pytest.raises(SystemExit, match="--device"):
+        args.func(_parse(["bench", "core", "--device", "cpu"]))
+    with pytest.raises(SystemExit, match="unknown"):
+        args.func(_parse(["bench", "--methods", "nystrom-64,bogus"]))
+    assert _parse(["approx", "--quick"]).func.__name__ == "_cmd_approx"
