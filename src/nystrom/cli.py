@@ -6,16 +6,6 @@ import argparse
 import sys
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        vals = [int(t) for t in text.split(",") if t]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from nystrom.demo import main
 

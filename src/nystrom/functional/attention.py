@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from nystrom.functional.checks import check_choice, check_key_padding_mask, check_positive_int, check_qkv
 from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import _segment_means
+from nystrom.functional.parallel import single_threaded
 from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
 
 PINV_METHODS = ("iterative", "exact")
@@ -60,12 +61,13 @@ def _landmark_kernel(q, k, m, mask, pinv_iterations, pinv, pinv_init, scale):
     k_l, _ = _segment_means(k, m, mask, acc)  # (b, h, m, d)
     if not bool(torch.isfinite(q_l).all() and torch.isfinite(k_l).all()):
         raise ValueError("q or k contains NaN or Inf at a real (unpadded) token")
-    scores = q_l @ k_l.mT * scale  # (b, h, m, m)
-    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
-    a = torch.softmax(scores, -1)  # (b, h, m, m)
-    pair = valid[:, None, :, None] & valid[:, None, None, :]  # (b, 1, m, m)
-    a = torch.where(pair, a, torch.eye(m, dtype=a.dtype, device=a.device))  # identity block on invalid
-    z = iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)
+    with single_threaded():
+        scores = q_l @ k_l.mT * scale  # (b, h, m, m)
+        scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+        a = torch.softmax(scores, -1)  # (b, h, m, m)
+        pair = valid[:, None, :, None] & valid[:, None, None, :]  # (b, 1, m, m)
+        a = torch.where(pair, a, torch.eye(m, dtype=a.dtype, device=a.device))  # identity block on invalid
+        z = iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)
     return q_l, k_l, z, valid
 
 

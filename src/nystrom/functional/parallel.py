@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import torch
 
@@ -52,3 +53,21 @@ def parallel_for(fn: Callable[[int], None], items: Sequence[int], *, device: tor
         return
     for f in [_get_pool(workers).submit(_run, fn, it) for it in items]:
         f.result()  # re-raises a worker's exception in the caller
+
+
+@contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run tiny ops (m×m matrices) on the calling thread alone.
+
+    Splitting a 64×64 matmul across cores gains nothing and costs a barrier; on a shared machine each
+    barrier can wait a whole scheduler slice for a descheduled thread. The setting is thread-local.
+    """
+    prev = torch.get_num_threads()
+    if prev == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
