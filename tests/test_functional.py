@@ -94,14 +94,23 @@ def test_pinv_init_original_uses_batch_wide_scale():
 
 # ---------------------------------------------------------------- attention values
 @pytest.mark.parametrize("n,m", [(40, 8), (37, 5), (64, 64), (10, 16)])
-def test_fused_equals_materialized_fp64(n, m):
+def test_fused_equals_materialized_fp64(n, m, kernel_path):
     q, k, v = qkv(n=n, dv=6)
     a = nystrom_attention(q, k, v, num_landmarks=m)
     b = nystrom_attention_materialized(q, k, v, num_landmarks=m)
     assert rel_err(a, b) <= 1e-12
 
 
-def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch):
+@pytest.fixture(params=["chunked", "sdpa"])
+def kernel_path(request, monkeypatch):
+    """Run a test through the CPU chunked kernels and through the fused-SDPA dispatch."""
+    big = 1 if request.param == "chunked" else 10**9
+    monkeypatch.setattr(kernels, "SHORT_MIN_N", big)
+    monkeypatch.setattr(kernels, "LONG_MIN_N", big)
+    return request.param
+
+
+def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch, kernel_path):
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 16)  # several chunks, a ragged last one
     monkeypatch.setattr(kernels, "CHUNK_KEYS", 8)
     q, k, v = qkv(n=50, dtype=torch.float32)
@@ -113,7 +122,7 @@ def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch):
 
 
 @pytest.mark.parametrize("pinv", ["exact", "iterative"])
-def test_matches_float64_oracle_with_padding(pinv):
+def test_matches_float64_oracle_with_padding(pinv, kernel_path):
     q, k, v = qkv(b=3, n=30)
     mask = right_pad_mask([30, 17, 5], 30)
     out = nystrom_attention(q, k, v, num_landmarks=8, key_padding_mask=mask, pinv=pinv)
@@ -157,7 +166,7 @@ def test_more_landmarks_approximate_better_and_iteration_regularises():
 
 
 # ---------------------------------------------------------------- gradients
-def test_gradcheck_fused_path():
+def test_gradcheck_fused_path(kernel_path):
     q, k, v = (t.requires_grad_() for t in qkv(b=1, h=2, n=9, d=3))
     mask = right_pad_mask([7], 9)
 
@@ -167,7 +176,7 @@ def test_gradcheck_fused_path():
     assert torch.autograd.gradcheck(f, (q, k, v))
 
 
-def test_gradcheck_short_key_kernel(monkeypatch):
+def test_gradcheck_short_key_kernel(monkeypatch, kernel_path):
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 4)
     q = torch.randn(2, 2, 10, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 2, 4, 3, dtype=torch.float64, requires_grad=True)
@@ -178,7 +187,7 @@ def test_gradcheck_short_key_kernel(monkeypatch):
     )
 
 
-def test_gradcheck_long_key_kernel(monkeypatch):
+def test_gradcheck_long_key_kernel(monkeypatch, kernel_path):
     monkeypatch.setattr(kernels, "CHUNK_KEYS", 4)  # several chunks, a fully padded one, a ragged last one
     q = torch.randn(2, 2, 3, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 2, 13, 3, dtype=torch.float64, requires_grad=True)
@@ -246,7 +255,7 @@ def test_bad_tensors_raise():
         nystrom_attention(q, k, v2)
 
 
-def test_fused_gradients_match_float64_oracle_with_padding():
+def test_fused_gradients_match_float64_oracle_with_padding(kernel_path):
     q, k, v = (t.requires_grad_() for t in qkv(b=2, h=2, n=21, d=4))
     mask = right_pad_mask([21, 13], 21)
     g = torch.randn(2, 2, 21, 4, dtype=torch.float64) * mask[:, None, :, None]  # real rows only

@@ -24,8 +24,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from nystrom.bench.commands import register as register_bench
     from nystrom.data.lra.commands import register as register_data
+    from nystrom.tasks.lra_commands import register as register_lra
 
     register_bench(sub)
+    register_lra(sub)
 
     register_data(sub)
     return p

@@ -61,7 +61,7 @@ def _landmark_kernel(q, k, m, mask, pinv_iterations, pinv, pinv_init, scale):
     k_l, _ = _segment_means(k, m, mask, acc)  # (b, h, m, d)
     if not bool(torch.isfinite(q_l).all() and torch.isfinite(k_l).all()):
         raise ValueError("q or k contains NaN or Inf at a real (unpadded) token")
-    with single_threaded():
+    with single_threaded(q_l.shape[0] * q_l.shape[1] * m**3 < 2**22):  # a few small matrices only
         scores = q_l @ k_l.mT * scale  # (b, h, m, m)
         scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
         a = torch.softmax(scores, -1)  # (b, h, m, m)

@@ -56,14 +56,14 @@ def parallel_for(fn: Callable[[int], None], items: Sequence[int], *, device: tor
 
 
 @contextmanager
-def single_threaded() -> Iterator[None]:
-    """Run tiny ops (m×m matrices) on the calling thread alone.
+def single_threaded(enabled: bool = True) -> Iterator[None]:
+    """Run tiny ops (a few m×m matrices) on the calling thread alone (no-op when ``enabled`` is False).
 
     Splitting a 64×64 matmul across cores gains nothing and costs a barrier; on a shared machine each
     barrier can wait a whole scheduler slice for a descheduled thread. The setting is thread-local.
     """
     prev = torch.get_num_threads()
-    if prev == 1:
+    if prev == 1 or not enabled:
         yield
         return
     torch.set_num_threads(1)

@@ -86,12 +86,19 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
 
 
 def evaluate(
-    task: Task, model: nn.Module, data: Sequence, cfg: TrainConfig, *, rank: int = 0, world: int = 1
+    task: Task,
+    model: nn.Module,
+    data: Sequence,
+    cfg: TrainConfig,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    full: bool = False,
 ) -> dict:
-    """Mean loss and metrics over ``data`` (or its first ``cfg.eval_batches`` batches), reduced across ranks."""
+    """Mean loss and metrics over ``data`` (its first ``cfg.eval_batches`` batches unless ``full``), across ranks."""
     bs = cfg.eval_batch_size or cfg.batch_size
     n_batches = math.ceil(len(data) / bs)
-    if cfg.eval_batches is not None:
+    if cfg.eval_batches is not None and not full:
         n_batches = min(n_batches, cfg.eval_batches)
     sums: dict[str, list[float]] = {}
     was_training = model.training
@@ -221,7 +228,7 @@ def train(
             dist.barrier()
         load_weights(out_dir / "best.safetensors", model)  # test once, with the best-dev weights
     if task.test is not None:
-        results["test"] = evaluate(task, model, task.test, cfg, rank=rank, world=world)
+        results["test"] = evaluate(task, model, task.test, cfg, rank=rank, world=world, full=True)
     if rank == 0:
         (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
         log.close()

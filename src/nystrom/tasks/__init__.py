@@ -1,0 +1,1 @@
+"""Experiments of the paper built on the shared training loop (LRA, fine-tuning, ...)."""

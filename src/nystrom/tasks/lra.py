@@ -1,0 +1,319 @@
+"""The paper's Long Range Arena experiments (Table 3) on the shared training loop.
+
+Legend: b batch, L padded length (per document for retrieval), e hidden size (64), c classes.
+
+:func:`run_lra` builds the paper's model (the ``"lra"`` preset: 2 pre-LN layers, e=64, FFN 128, 2 heads,
+mean pooling over real tokens) with the requested attention, loads the task's data from the release
+formats (or generates ListOps), trains with :func:`nystrom.training.train` (which resumes from
+``out/last``) and evaluates the best-dev weights once on the *full* test split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import Dataset
+
+from nystrom.data.lra import (
+    generate_listops,
+    load_aan,
+    load_cifar10,
+    load_imdb,
+    load_listops,
+    load_pathfinder,
+)
+from nystrom.data.lra.tokenize import PAD_ID
+from nystrom.model import (
+    NystromformerConfig,
+    NystromformerForDualSequenceClassification,
+    NystromformerForSequenceClassification,
+)
+from nystrom.tasks.lra_presets import (
+    DATA_SOURCES,
+    LISTOPS_DATA_SEED,
+    LISTOPS_GENERATOR,
+    LISTOPS_SIZES,
+    PRESET_NAMES,
+    TASK_SPECS,
+    TASKS,
+    attention_label,
+    parse_attention_spec,
+    schedule,
+)
+from nystrom.training import Task, TrainConfig, evaluate, train
+
+
+class MissingDataError(FileNotFoundError):
+    """The task's data files are not where ``--data`` points (or no ``--data`` was given)."""
+
+
+@dataclass(frozen=True)
+class LRARun:
+    """Options of one ``nystrom lra`` run; ``None`` means "the preset's value"."""
+
+    task: str
+    attention: str = "nystrom-64"
+    preset: str = "official"
+    data: Path | None = None
+    out: Path | None = None
+    steps: int | None = None
+    batch_size: int | None = None
+    lr: float | None = None
+    max_length: int | None = None
+    eval_batches: int | None = None
+    seed: int = 0
+    bf16: bool = False
+    pool_padding: bool = False
+    listops_sizes: tuple[int, int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        if self.preset not in PRESET_NAMES:
+            raise ValueError(f"preset must be one of {PRESET_NAMES}, got {self.preset!r}")
+        if self.listops_sizes is not None and self.task != "listops":
+            raise ValueError("listops_sizes (--listops-sizes) only applies to the listops task")
+        if self.listops_sizes is not None and self.data is not None:
+            raise ValueError("listops_sizes (--listops-sizes) sizes generated data; it cannot go with --data")
+
+    def length(self) -> int:
+        return self.max_length or schedule(self.task, self.preset).max_length
+
+    def out_dir(self) -> Path:
+        if self.out is not None:
+            return Path(self.out)
+        label = attention_label(parse_attention_spec(self.attention, max_length=self.length()))
+        return Path("runs") / "lra" / f"{self.task}-{label}-{self.preset}-seed{self.seed}"
+
+
+def train_config(run: LRARun) -> TrainConfig:
+    """The preset's schedule with the run's overrides; ``--steps`` scales the warm-up proportionally."""
+    s = schedule(run.task, run.preset)
+    steps = run.steps or s.steps
+    warmup = s.warmup if run.steps is None else round(s.warmup * steps / s.steps)
+    return TrainConfig(
+        steps=steps,
+        batch_size=run.batch_size or s.batch_size,
+        lr=run.lr or s.lr,
+        warmup=warmup,
+        weight_decay=0.0,
+        betas=(0.9, 0.999),
+        eps=1e-6,
+        clip=s.clip,
+        bf16=run.bf16,
+        eval_every=min(s.eval_every, steps),
+        eval_batches=run.eval_batches,
+        log_every=max(1, min(10, steps // 10)),
+        seed=run.seed,
+    )
+
+
+def model_config(run: LRARun) -> NystromformerConfig:
+    """The ``"lra"`` preset for this task: vocabulary, classes, length L, attention and pooling."""
+    spec = TASK_SPECS[run.task]
+    return NystromformerConfig.preset(
+        "lra",
+        vocab_size=spec.vocab_size,
+        num_labels=spec.num_labels,
+        max_position_embeddings=run.length(),
+        pad_token_id=PAD_ID if spec.padded else None,  # grey level 0 must keep a trainable embedding
+        pooling="mean_with_padding" if run.pool_padding else "mean",
+        attention=parse_attention_spec(run.attention, max_length=run.length()),
+    )
+
+
+def build_model(run: LRARun) -> nn.Module:
+    """The dual encoder for retrieval, the single-sequence classifier otherwise (seeded by ``run.seed``)."""
+    cfg = model_config(run)
+    torch.manual_seed(run.seed)
+    cls = (
+        NystromformerForDualSequenceClassification
+        if TASK_SPECS[run.task].dual
+        else NystromformerForSequenceClassification
+    )
+    try:
+        return cls(cfg)
+    except (ValueError, TypeError) as err:
+        raise type(err)(f"--attention {run.attention}: {err}") from err
+
+
+def _require(root: Path | None, task: str, present: bool) -> None:
+    files, source = DATA_SOURCES[task]
+    if not present:
+        where = "no --data given" if root is None else f"data not found at {root}"
+        raise MissingDataError(f"{task}: {where}. Expected {', '.join(files)} under --data, from {source}.")
+
+
+def _listops_dir(run: LRARun, out: Path) -> Path:
+    """``run.data``, or ListOps generated (once, deterministically) into ``out/data``."""
+    if run.data is not None:
+        return Path(run.data)
+    sizes = run.listops_sizes or LISTOPS_SIZES[run.preset]
+    gen = LISTOPS_GENERATOR[run.preset]
+    root = out / "data"
+    marker = root / "generated.json"
+    want = {"sizes": list(sizes), "seed": LISTOPS_DATA_SEED, "config": dataclasses.asdict(gen)}
+    if marker.exists():
+        have = json.loads(marker.read_text())
+        if have != want:
+            raise ValueError(f"{root} holds ListOps generated with {have}, not {want}; use another --out")
+        return root
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise MissingDataError(
+            f"listops: {marker} does not exist; generate the data once in a single process (or with"
+            " `nystrom data listops DIR` and pass --data DIR) before a multi-process run"
+        )
+    print(f"[nystrom] generating ListOps {sizes} (train, dev, test) into {root}")
+    generate_listops(
+        root,
+        train=sizes[0],
+        dev=sizes[1],
+        test=sizes[2],
+        seed=LISTOPS_DATA_SEED,
+        workers=max(1, min(4, os.cpu_count() or 1)),
+        config=gen,
+    )
+    marker.write_text(json.dumps(want, indent=2))  # written last: a half-generated folder is redone
+    return root
+
+
+def load_splits(run: LRARun, out: Path) -> dict[str, Dataset]:
+    """train/dev/test datasets of ``run.task`` in the release formats (see ``DATA_SOURCES``)."""
+    task, length = run.task, run.length()
+    if task == "listops":
+        root = _listops_dir(run, out)
+        _require(root, task, all((root / f).is_file() for f in DATA_SOURCES[task][0]))
+        return {s: load_listops(root, split=s, max_length=length) for s in ("train", "dev", "test")}
+    if run.data is None:
+        _require(None, task, False)
+    root = Path(run.data)
+    if task == "text":
+        _require(root, task, all((root / s / c).is_dir() for s in ("train", "test") for c in ("neg", "pos")))
+        test = load_imdb(root, split="test", max_length=length)
+        return {"train": load_imdb(root, split="train", max_length=length), "dev": test, "test": test}
+    if task == "retrieval":
+        _require(root, task, all((root / f).is_file() for f in DATA_SOURCES[task][0]))
+        return {s: load_aan(root, split=s, max_length=length) for s in ("train", "dev", "test")}
+    if length != 1024:
+        raise ValueError(
+            f"{task}: images are 32x32 = 1024 pixel tokens; --max-length must be 1024, got {length}"
+        )
+    if task == "image":
+        _require(root, task, all((root / f).is_file() for f in DATA_SOURCES[task][0]))
+        return {s: load_cifar10(root, split=s) for s in ("train", "dev", "test")}
+    # Pathfinder: --data is the folder holding curv_contour_length_14/, or that folder itself
+    difficulty = None if (root / "metadata").is_dir() else 14
+    _require(
+        root, task, (root / "metadata").is_dir() or (root / "curv_contour_length_14" / "metadata").is_dir()
+    )
+    return {s: load_pathfinder(root, split=s, difficulty=difficulty) for s in ("train", "dev", "test")}
+
+
+def collate_single(
+    items: list[tuple[torch.Tensor, torch.Tensor]], *, padded: bool
+) -> dict[str, torch.Tensor]:
+    """Items ``(ids (L,), label ())`` -> ``input_ids`` (b, L), ``attention_mask`` (b, L) or none, ``labels`` (b,)."""
+    ids = torch.stack([i[0] for i in items])  # (b, L)
+    batch = {"input_ids": ids, "labels": torch.stack([i[1] for i in items])}
+    if padded:
+        batch["attention_mask"] = ids != PAD_ID  # (b, L) True = real token
+    return batch
+
+
+def collate_pair(items: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Items ``(a (L,), b (L,), label ())`` -> both documents' ids and masks (b, L) and ``labels`` (b,)."""
+    a = torch.stack([i[0] for i in items])  # (b, L)
+    b = torch.stack([i[1] for i in items])  # (b, L)
+    labels = torch.stack([i[2] for i in items])  # (b,)
+    return {
+        "input_ids_1": a,
+        "input_ids_2": b,
+        "attention_mask_1": a != PAD_ID,
+        "attention_mask_2": b != PAD_ID,
+        "labels": labels,
+    }
+
+
+def classification_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[float, int]]]:
+    """Mean cross-entropy and the accuracy (correct, count) of one batch."""
+    out = model(**batch)
+    correct = float((out.logits.argmax(-1) == batch["labels"]).sum())
+    return out.loss, {"accuracy": (correct, int(batch["labels"].shape[0]))}
+
+
+def make_task(run: LRARun, out: Path) -> Task:
+    """Model, data, collate and step of ``run`` as a :class:`nystrom.training.Task`."""
+    splits = load_splits(run, out)
+    model = build_model(run)
+    spec = TASK_SPECS[run.task]
+    if spec.dual:
+        collate = collate_pair
+    else:
+        padded = spec.padded
+
+        def collate(items: list) -> dict[str, torch.Tensor]:
+            return collate_single(items, padded=padded)
+
+    name = f"lra-{run.task}-{attention_label(model.config.attention)}"
+    return Task(
+        model=model,
+        train=splits["train"],
+        dev=splits["dev"],
+        test=splits["test"],
+        collate=collate,
+        step=classification_step,
+        name=name,
+    )
+
+
+def _check_same_run(out: Path, record: dict) -> None:
+    """A resumed folder must hold the same task/model/data; the loop only checks the TrainConfig."""
+    path = out / "lra_run.json"
+    if path.exists():
+        have = json.loads(path.read_text())
+        if have != record:
+            diff = sorted(k for k in set(have) | set(record) if have.get(k) != record.get(k))
+            raise ValueError(
+                f"{out} holds a run with different {diff}; use another --out or the same options"
+            )
+
+
+def run_lra(run: LRARun, *, progress: bool = True) -> dict:
+    """Train and test one LRA run; writes ``out/{lra_run.json, results.json, metrics.jsonl, curves.png}``.
+
+    Returns the loop's results with ``test`` = metrics of the best-dev weights on the full test split.
+    """
+    out = run.out_dir()
+    task = make_task(run, out)
+    cfg = train_config(run)
+    record = {
+        "task": run.task,
+        "attention": run.attention,
+        "preset": run.preset,
+        "data": str(Path(run.data).resolve()) if run.data is not None else None,
+        "pool_padding": run.pool_padding,
+        "listops_sizes": list(run.listops_sizes) if run.listops_sizes else None,
+        "model_config": task.model.config.to_dict(),
+    }
+    _check_same_run(out, record)
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "lra_run.json").write_text(json.dumps(record, indent=2, sort_keys=True))
+    test = task.test
+    # the loop would bound the test pass by eval_batches too; test here, once, on every example
+    results = train(dataclasses.replace(task, test=None), cfg, out, progress=progress)
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    full = dataclasses.replace(cfg, eval_batches=None)
+    results["test"] = evaluate(task, task.model, test, full, rank=rank, world=world)
+    results["test_examples"] = len(test)
+    if rank == 0:
+        (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    return results

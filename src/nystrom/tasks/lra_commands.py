@@ -1,0 +1,149 @@
+"""The ``nystrom lra TASK`` command: the paper's LRA runs (Table 3) on the shared training loop.
+
+Wire with ``register(subparsers)`` from the top-level CLI; the leaf sets ``func(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nystrom.tasks.lra_presets import PRESET_NAMES, TASKS
+
+_EPILOG = """\
+attention specs (<name>-<int>; a bare name takes the paper's value):
+  nystrom-64      Nystrom, 64 landmarks (6 pinv iterations, conv kernel 35, as the official LRA config)
+  softmax         exact softmax attention (no number)
+  linformer-256   Linformer, projection length 256
+  performer-256   Performer, 256 random features
+  reformer-2      Reformer, 2 hashes
+  longformer-257  Longformer sliding window of 257 tokens (odd)
+
+data (--data DIR; ListOps without --data is generated into OUT/data):
+  listops     basic_{train,val,test}.tsv        (lra_release/listops-1000)
+  text        aclImdb/{train,test}/{neg,pos}/*.txt
+  retrieval   new_aan_pairs.{train,eval,test}.tsv (lra_release/tsv_data)
+  image       cifar-10-batches-py/{data_batch_1..5,test_batch}
+  pathfinder  pathfinder32/ holding curv_contour_length_14/{imgs,metadata}
+
+Re-running the same command resumes from OUT/last.
+"""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from err
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from err
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _sizes(text: str) -> tuple[int, int, int]:
+    parts = text.split(",")
+    try:
+        vals = tuple(int(p) for p in parts)
+    except ValueError:
+        vals = ()
+    if len(vals) != 3 or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected TRAIN,DEV,TEST positive integers, got {text!r}")
+    return vals  # type: ignore[return-value]
+
+
+def run_from_args(args: argparse.Namespace):
+    """The :class:`LRARun` an argparse namespace of this command describes."""
+    from nystrom.tasks.lra import LRARun
+
+    return LRARun(
+        task=args.task,
+        attention=args.attention,
+        preset=args.preset,
+        data=args.data,
+        out=args.out,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_length=args.max_length,
+        eval_batches=args.eval_batches,
+        seed=args.seed,
+        bf16=args.bf16,
+        pool_padding=args.pool_padding,
+        listops_sizes=args.listops_sizes,
+    )
+
+
+def cmd_lra(args: argparse.Namespace) -> int:
+    """Run one LRA experiment; prints the test accuracy. Returns 2 (with a message) when data is missing."""
+    from nystrom.tasks.lra import MissingDataError, run_lra
+
+    try:
+        run = run_from_args(args)
+        results = run_lra(run, progress=not args.no_progress)
+    except MissingDataError as err:
+        print(f"nystrom lra: error: {err}", file=sys.stderr)
+        return 2
+    out = run.out_dir()
+    acc = results["test"]["accuracy"]
+    best = results["best_dev"]
+    best_txt = "n/a" if best is None else f"{best:.4f}"
+    print(
+        f"{args.task} [{args.attention}, preset {args.preset}, seed {args.seed}]: "
+        f"test accuracy {acc:.4f} on {results['test_examples']} examples "
+        f"(best dev {best_txt} at step {results['best_step']}); results in {out / 'results.json'}"
+    )
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``lra`` to a top-level ``add_subparsers()`` object."""
+    p = subparsers.add_parser(
+        "lra",
+        help="train and test the paper's LRA model on one task (Table 3)",
+        description="Train and test the paper's LRA model on one task (Table 3) on the shared loop.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("task", choices=TASKS)
+    p.add_argument("--attention", default="nystrom-64", help="attention spec (default nystrom-64; see below)")
+    p.add_argument(
+        "--preset",
+        choices=PRESET_NAMES,
+        default="official",
+        help="official: the released per-task schedule; quick: a few minutes on a CPU (smoke test)",
+    )
+    p.add_argument("--data", type=Path, help="folder with the task's files in the release format")
+    p.add_argument("--out", type=Path, help="output folder (default runs/lra/TASK-ATTN-PRESET-seedS)")
+    p.add_argument("--steps", type=_positive, help="optimiser steps (warm-up scales proportionally)")
+    p.add_argument("--batch-size", type=_positive, help="examples per optimiser step")
+    p.add_argument("--lr", type=_positive_float, help="peak learning rate")
+    p.add_argument(
+        "--max-length", type=_positive, help="tokens per sequence/document (text: 1000 = released script)"
+    )
+    p.add_argument("--eval-batches", type=_positive, help="bound each dev evaluation (test is always full)")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and example order (default 0)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument(
+        "--pool-padding",
+        action="store_true",
+        help="mean-pool over padding too (zeros counted in the denominator), as the official code did",
+    )
+    p.add_argument(
+        "--listops-sizes",
+        type=_sizes,
+        metavar="TRAIN,DEV,TEST",
+        help="sizes of generated ListOps (default 96000,2000,2000; quick 4000,500,500)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_lra)

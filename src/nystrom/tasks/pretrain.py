@@ -1,0 +1,256 @@
+"""``nystrom pretrain``: masked-LM + sentence-order-prediction pre-training (the paper's first stage).
+
+Legend: b batch, L sequence length, e hidden size, v vocabulary, k masked positions of a batch.
+
+Optimiser (paper): Adam lr 1e-4, β (0.9, 0.999), weight decay 0.01 (decoupled, as BERT's AdamW), 10k
+warm-up steps of 500k then linear decay; presets scale the warm-up to 2% of the steps. Loss = MLM + SOP;
+the MLM loss is the mean over examples of each example's mean over its masked tokens, so every DDP
+rank's share of a batch weighs the same and 2 processes reproduce 1 process exactly. The MLM head
+only runs on masked positions (k ≈ 0.15·b·L rows instead of b·L: the vocabulary projection is most of
+a small model's cost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer, train_wordpiece
+from nystrom.data.text_corpus import resolve_corpus
+from nystrom.data.text_pretrain import SHORT_SEQ_PROB, PretrainingDataset, collate_pretraining
+from nystrom.model import NystromformerConfig, NystromformerForPreTraining
+from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_source, parse_attention, transfer
+from nystrom.training import Task, TrainConfig, train
+
+WARMUP_FRACTION = 10_000 / 500_000  # the paper's 10k warm-up steps of 0.5M
+
+
+@dataclass(frozen=True)
+class PretrainPreset:
+    steps: int
+    batch_size: int
+    seq_len: int
+    eval_every: int
+    eval_batches: int
+    lr: float = 1e-4
+
+
+PRESETS: dict[str, PretrainPreset] = {
+    # the paper: batch 256, length 512, 0.5M steps (BERT-base from scratch; 0.25M from standard)
+    "paper": PretrainPreset(steps=500_000, batch_size=256, seq_len=512, eval_every=10_000, eval_batches=50),
+    "quick": PretrainPreset(steps=200, batch_size=16, seq_len=128, eval_every=50, eval_batches=4),
+    # scaled-down Figure 5 on a 2-core CPU (MiniLM init, python-docstrings corpus); see docs/pretraining.md
+    "fig5": PretrainPreset(steps=300, batch_size=16, seq_len=256, eval_every=25, eval_batches=6),
+}
+
+
+@dataclass(frozen=True)
+class PretrainRun:
+    """Options of one ``nystrom pretrain`` run; None means "the preset's value"."""
+
+    corpus: tuple[str, ...]
+    out: Path
+    preset: str = "quick"
+    tokenizer: Path | None = None
+    train_tokenizer: int | None = None  # train a WordPiece of this vocabulary on the corpus
+    init_from_bert: str | None = None
+    model: str = "bert-small"  # preset name or config JSON (ignored with init_from_bert)
+    attention: str = "nystrom-64"
+    conv_kernel: int | None = PAPER_CONV_KERNEL
+    steps: int | None = None
+    batch_size: int | None = None
+    seq_len: int | None = None
+    lr: float | None = None
+    warmup: int | None = None
+    eval_every: int | None = None
+    eval_batches: int | None = None
+    dropout: float | None = None
+    doc_mode: str = "blank"
+    dev_fraction: float = 0.05
+    short_seq_prob: float = SHORT_SEQ_PROB
+    grad_accum: int = 1
+    seed: int = 0
+    bf16: bool = False
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if not self.corpus:
+            raise ValueError("--corpus: give at least one file, folder or built-in corpus name")
+        if self.tokenizer is not None and self.train_tokenizer is not None:
+            raise ValueError("give --tokenizer or --train-tokenizer, not both")
+
+    def train_config(self) -> TrainConfig:
+        p = PRESETS[self.preset]
+        steps = self.steps or p.steps
+        warmup = self.warmup if self.warmup is not None else max(1, round(WARMUP_FRACTION * steps))
+        return TrainConfig(
+            steps=steps,
+            batch_size=self.batch_size or p.batch_size,
+            lr=self.lr or p.lr,
+            warmup=warmup,
+            weight_decay=0.01,
+            betas=(0.9, 0.999),
+            eps=1e-6,
+            grad_accum=self.grad_accum,
+            clip=1.0,
+            bf16=self.bf16,
+            eval_every=min(self.eval_every or p.eval_every, steps),
+            eval_batches=self.eval_batches or p.eval_batches,
+            log_every=max(1, min(10, steps // 20)),
+            seed=self.seed,
+            metric="mlm_accuracy",
+        )
+
+    def length(self) -> int:
+        return self.seq_len or PRESETS[self.preset].seq_len
+
+
+class PreTrainingObjective(nn.Module):
+    """MLM + SOP of a :class:`NystromformerForPreTraining`, the MLM head run on masked positions only.
+
+    Returns ``(loss, mlm_loss, sop_loss, mlm_correct, masked, sop_correct)`` (all scalar tensors).
+    """
+
+    def __init__(self, model: NystromformerForPreTraining) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels, sentence_order_label):
+        base = self.model.nystromformer
+        out = base(input_ids, attention_mask, token_type_ids)  # hidden (b, L, e), pooled (b, e)
+        sel = labels != -100  # (b, L)
+        word = base.embeddings.word_embeddings.weight  # (v, e)
+        logits = self.model.lm_head(out.last_hidden_state[sel], word)  # (k, v)
+        target = labels[sel]  # (k,)
+        token_loss = F.cross_entropy(logits.float(), target, reduction="none")  # (k,)
+        per_example = torch.zeros(len(labels), device=labels.device).index_add_(
+            0, sel.nonzero()[:, 0], token_loss
+        ) / sel.sum(1).clamp_min(1)  # (b,)
+        mlm = per_example.mean()
+        sop_logits = self.model.sop_head(out.pooler_output)  # (b, 2)
+        sop = F.cross_entropy(sop_logits.float(), sentence_order_label)
+        mlm_correct = (logits.argmax(-1) == target).sum()
+        sop_correct = (sop_logits.argmax(-1) == sentence_order_label).sum()
+        return mlm + sop, mlm.detach(), sop.detach(), mlm_correct, sel.sum(), sop_correct
+
+
+def pretrain_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[float, int]]]:
+    """Loss and ``mlm_accuracy`` (over masked tokens), ``sop_accuracy``, ``mlm_loss``, ``sop_loss``."""
+    loss, mlm, sop, mlm_correct, masked, sop_correct = model(**batch)
+    b = int(batch["input_ids"].shape[0])
+    return loss, {
+        "mlm_accuracy": (float(mlm_correct), int(masked)),
+        "sop_accuracy": (float(sop_correct), b),
+        "mlm_loss": (float(mlm) * b, b),
+        "sop_loss": (float(sop) * b, b),
+    }
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
+
+
+def resolve_tokenizer(run: PretrainRun, corpus: list[Path], beside_source: Path | None) -> TextTokenizer:
+    """--tokenizer, else a WordPiece trained on the corpus (--train-tokenizer V), else the source's."""
+    if run.tokenizer is not None:
+        return load_tokenizer(run.tokenizer)
+    if run.train_tokenizer is not None:
+        path = run.out / "cache" / f"wordpiece-{run.train_tokenizer}.json"
+        return (
+            load_tokenizer(path)
+            if path.is_file()
+            else train_wordpiece(corpus, path, vocab_size=run.train_tokenizer)
+        )
+    if beside_source is not None:
+        return load_tokenizer(beside_source)
+    raise ValueError("no tokenizer: give --tokenizer PATH, --train-tokenizer VOCAB or --init-from-bert")
+
+
+def build_model(run: PretrainRun) -> tuple[NystromformerForPreTraining, Path | None]:
+    """The model (seeded by ``run.seed``) and the tokenizer.json of its source, if any."""
+    spec = parse_attention(run.attention, conv_kernel=run.conv_kernel)
+    torch.manual_seed(run.seed)
+    if run.init_from_bert:
+        source, tok = load_source(init_from_bert=run.init_from_bert, attention=spec)
+        cfg = dataclasses.replace(source.config, pooler=True, pooling="pooler")
+    else:
+        source, tok = None, None
+        if Path(run.model).suffix == ".json":
+            cfg = dataclasses.replace(NystromformerConfig.load(run.model), attention=spec)
+        else:
+            cfg = NystromformerConfig.preset(run.model, attention=spec)
+        cfg = dataclasses.replace(cfg, max_position_embeddings=max(cfg.max_position_embeddings, run.length()))
+    if run.dropout is not None:
+        cfg = dataclasses.replace(cfg, dropout=run.dropout)
+    if source is not None:
+        return transfer(source, NystromformerForPreTraining, cfg), tok
+    return NystromformerForPreTraining(cfg), tok
+
+
+def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
+    """Model, MLM+SOP train/dev splits of the corpus, collate and step for the shared loop."""
+    files = resolve_corpus(list(run.corpus), run.out / "cache")
+    model, beside = build_model(run)
+    tok = resolve_tokenizer(run, files, beside)
+    cfg = model.config
+    if tok.vocab_size > cfg.vocab_size:
+        if run.init_from_bert or Path(run.model).suffix == ".json":
+            raise ValueError(
+                f"tokenizer {tok.path} has {tok.vocab_size} ids but the model only {cfg.vocab_size}"
+            )
+        torch.manual_seed(run.seed)  # a fresh preset model takes the tokenizer's vocabulary
+        model = NystromformerForPreTraining(
+            dataclasses.replace(cfg, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
+        )
+    if run.length() > model.config.max_position_embeddings:
+        raise ValueError(
+            f"--seq-len {run.length()} exceeds the model's {model.config.max_position_embeddings} positions"
+        )
+    cache = build_token_cache(files, tok, run.out / "cache" / "tokens", doc_mode=run.doc_mode)
+    kw = dict(
+        seq_len=run.length(), dev_fraction=run.dev_fraction, short_seq_prob=run.short_seq_prob, seed=run.seed
+    )
+    train_set = PretrainingDataset(cache, tok, split="train", **kw)
+    dev_set = PretrainingDataset(cache, tok, split="dev", **kw)
+    length, pad = run.length(), tok.pad_id
+
+    def collate(items: list[dict]) -> dict[str, torch.Tensor]:
+        return collate_pretraining(items, pad_id=pad, pad_to=length)
+
+    name = f"pretrain-{run.attention}"
+    return Task(PreTrainingObjective(model), train_set, collate, pretrain_step, dev=dev_set, name=name), tok
+
+
+def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
+    """Train; writes ``out/{pretrain_run.json, metrics.jsonl, results.json, curves.png}`` and the best
+    (dev MLM accuracy) weights as a native checkpoint ``out/model/`` with its ``tokenizer.json``."""
+    task, tok = make_task(run)
+    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(run).items()}
+    record["corpus"] = list(run.corpus)
+    record.pop("out")
+    record.update(model_config=task.model.model.config.to_dict(), tokenizer_file=str(tok.path))
+    path = run.out / "pretrain_run.json"
+    if path.exists() and json.loads(path.read_text()) != record:
+        raise ValueError(f"{run.out} holds a run with other options; use another --out or the same options")
+    if _rank() == 0:
+        run.out.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+    results = train(task, run.train_config(), run.out, progress=progress)
+    results.update(train_examples=len(task.train), dev_examples=len(task.dev))
+    if _rank() == 0:
+        task.model.model.save_pretrained(run.out / "model")
+        shutil.copyfile(tok.path, run.out / "model" / "tokenizer.json")
+        (run.out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
+    return results

@@ -1,0 +1,166 @@
+"""The ``nystrom pretrain``, ``nystrom pretrain-compare`` and ``nystrom finetune TASK`` commands.
+
+Wire with ``register(subparsers)`` from the top-level CLI; each leaf sets ``func(args) -> int``.
+Re-running the same command resumes from OUT/last; torchrun runs them on several processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+_PRETRAIN_EPILOG = """\
+presets: paper (batch 256, length 512, 500k steps), quick (16, 128, 200 steps),
+         fig5 (16, 256, 300 steps: the scaled-down Figure 5, see docs/pretraining.md)
+corpus:  files (blank-line separated documents, or --doc-mode file), folders (their *.txt), or the
+         built-in python-docstrings (the standard library's docstrings + pydoc topics of this Python)
+example: nystrom pretrain --preset fig5 --init-from-bert minilm --attention nystrom-64 \\
+             --corpus python-docstrings --out runs/fig5/nystrom-64
+"""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from err
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from err
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _dropout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text!r}") from err
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text!r}")
+    return value
+
+
+def _kernel(text: str) -> int | None:
+    return None if text in ("0", "none") else _positive(text)
+
+
+def _is_main() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from nystrom.tasks.pretrain import PretrainRun, run_pretrain
+
+    run = PretrainRun(
+        corpus=tuple(args.corpus), out=args.out, preset=args.preset, tokenizer=args.tokenizer,
+        train_tokenizer=args.train_tokenizer, init_from_bert=args.init_from_bert, model=args.model,
+        attention=args.attention, conv_kernel=args.conv_kernel, steps=args.steps, batch_size=args.batch_size,
+        seq_len=args.seq_len, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
+        eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
+        dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed, bf16=args.bf16,
+    )  # fmt: skip
+    res = run_pretrain(run, progress=not args.no_progress)
+    if _is_main():
+        print(json.dumps(res, indent=2, sort_keys=True))
+        print(f"model (best dev MLM accuracy) in {args.out / 'model'}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from nystrom.tasks.pretrain_compare import compare_runs
+
+    print(compare_runs(args.runs, args.png, args.table), end="")
+    print(f"figure: {args.png}" + (f", table: {args.table}" if args.table else ""))
+    return 0
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from nystrom.tasks.finetune import FinetuneRun, run_finetune
+
+    run = FinetuneRun(
+        task=args.task, data=args.data, out=args.out, preset=args.preset, init_from_bert=args.init_from_bert,
+        from_hf=args.from_hf, from_pretrain=args.from_pretrain, model=args.model, tokenizer=args.tokenizer,
+        attention=args.attention, conv_kernel=args.conv_kernel, batch_size=args.batch_size, lr=args.lr,
+        epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples, dropout=args.dropout, seed=args.seed, bf16=args.bf16,
+    )  # fmt: skip
+    res = run_finetune(run, progress=not args.no_progress)
+    if _is_main():
+        for split, r in res.items():
+            if split != "loop":
+                extra = f", F1 {r['f1']:.4f}" if "f1" in r else ""
+                print(f"{args.task} {split}: accuracy {r['accuracy']:.4f}{extra} ({r['examples']} examples)")
+        print(f"predictions and finetune_results.json in {args.out}")
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, required=True, help="output folder (re-running resumes from OUT/last)")
+    p.add_argument("--init-from-bert", metavar="PATH", help="HF BERT folder, or 'minilm' (bundled all-MiniLM-L6-v2)")
+    p.add_argument("--tokenizer", type=Path, help="tokenizer.json (default: the one beside the initialisation)")
+    p.add_argument("--conv-kernel", type=_kernel, default=65, help="Nyström conv skip taps (0 = none; default 65)")
+    p.add_argument("--batch-size", type=_positive, help="examples per optimiser step (all processes)")
+    p.add_argument("--lr", type=_positive_float, help="peak learning rate")
+    p.add_argument("--dropout", type=_dropout, help="override the model's dropout (0 for exact comparisons)")
+    p.add_argument("--seed", type=int, default=0, help="initialisation, example order, masks (default 0)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``pretrain``, ``pretrain-compare`` and ``finetune`` to a top-level ``add_subparsers()``."""
+    from nystrom.data.glue import FINETUNE_TASKS
+    from nystrom.tasks.finetune import PRESETS as FT_PRESETS
+    from nystrom.tasks.pretrain import PRESETS as PT_PRESETS
+
+    p = subparsers.add_parser(
+        "pretrain", help="masked-LM + sentence-order pre-training (the paper's Fig. 5/6)",
+        epilog=_PRETRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    p.add_argument("--corpus", nargs="+", required=True, help="text files, folders or 'python-docstrings'")
+    p.add_argument("--preset", choices=sorted(PT_PRESETS), default="quick")
+    p.add_argument("--attention", default="nystrom-64", help="nystrom-<landmarks> or softmax (default nystrom-64)")
+    p.add_argument("--model", default="bert-small", help="fresh model: bert-small, bert-base or a config .json")
+    p.add_argument("--train-tokenizer", type=_positive, metavar="VOCAB", help="train a WordPiece on the corpus")
+    p.add_argument("--steps", type=_positive, help="optimiser steps (warm-up = 2%% unless --warmup)")
+    p.add_argument("--seq-len", type=_positive, help="tokens per example")
+    p.add_argument("--warmup", type=int, help="warm-up steps")
+    p.add_argument("--eval-every", type=_positive, help="steps between dev evaluations")
+    p.add_argument("--eval-batches", type=_positive, help="dev batches per evaluation")
+    p.add_argument("--doc-mode", choices=("blank", "file"), default="blank", help="documents: blank-line separated or one per file")
+    p.add_argument("--dev-fraction", type=float, default=0.05, help="documents held out for MLM/SOP accuracy")
+    p.add_argument("--grad-accum", type=_positive, default=1, help="micro-batches per step")
+    _common(p)
+    p.set_defaults(func=cmd_pretrain)
+
+    c = subparsers.add_parser("pretrain-compare", help="dev MLM/SOP curves of pretrain runs in one PNG + table")
+    c.add_argument("runs", nargs="+", type=Path, help="`nystrom pretrain` output folders")
+    c.add_argument("--png", type=Path, required=True, help="figure to write")
+    c.add_argument("--table", type=Path, help="markdown table to write")
+    c.set_defaults(func=cmd_compare)
+
+    f = subparsers.add_parser("finetune", help="GLUE / IMDB fine-tuning (the paper's Table 2)")
+    f.add_argument("task", choices=FINETUNE_TASKS)
+    f.add_argument("--data", type=Path, required=True, help="GLUE root (holding SST-2/, MRPC/, ...) or aclImdb/")
+    f.add_argument("--preset", choices=sorted(FT_PRESETS), default="paper")
+    f.add_argument("--from-hf", metavar="PATH", help="HF Nystromformer folder")
+    f.add_argument("--from-pretrain", metavar="DIR", help="output folder of `nystrom pretrain`")
+    f.add_argument("--model", help="fresh model (no initialisation): bert-small, bert-base or a config .json")
+    f.add_argument("--attention", help="nystrom-<landmarks> or softmax (default: the initialisation's)")
+    f.add_argument("--epochs", type=_positive_float, help="passes over the training set (paper: 4)")
+    f.add_argument("--max-length", type=_positive, help="tokens per example (128; IMDB 512)")
+    f.add_argument("--max-train-examples", type=_positive, help="use only the first N training examples")
+    f.add_argument("--max-eval-examples", type=_positive, help="use only the first N of each dev/test split")
+    _common(f)
+    f.set_defaults(func=cmd_finetune)

@@ -1,0 +1,118 @@
+"""Model sources shared by ``nystrom pretrain`` and ``nystrom finetune``: attention specs, BERT / HF /
+pre-training-run initialisation, and moving an encoder (and matching heads) into a new head class.
+
+Legend: e hidden size, v vocabulary, c classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from nystrom.model import (
+    NystromformerConfig,
+    NystromformerPreTrainedModel,
+    from_bert,
+    from_hf,
+    load_checkpoint,
+    minilm_path,
+)
+
+#: conv skip kernel of the paper's BERT-size models (the released HF checkpoints use 65)
+PAPER_CONV_KERNEL = 65
+_SPEC = re.compile(r"^(nystrom)-([0-9]+)$|^(softmax)$")
+
+
+def parse_attention(spec: str, *, conv_kernel: int | None = PAPER_CONV_KERNEL) -> dict[str, Any]:
+    """``"nystrom-64"`` -> Nyström with 64 landmarks (and the depthwise conv skip of ``conv_kernel``
+    taps, None = none); ``"softmax"`` -> exact attention."""
+    match = _SPEC.match(spec) if isinstance(spec, str) else None
+    if match is None:
+        raise ValueError(
+            f"--attention must be nystrom-<landmarks> (e.g. nystrom-64) or softmax, got {spec!r}"
+        )
+    if match.group(3):
+        return {"name": "softmax"}
+    m = int(match.group(2))
+    if m < 1:
+        raise ValueError(f"--attention {spec}: the number of landmarks must be >= 1")
+    return {"name": "nystrom", "num_landmarks": m, "conv_kernel_size": conv_kernel}
+
+
+def bert_folder(value: str) -> Path:
+    """``--init-from-bert`` value: ``minilm`` = the bundled all-MiniLM-L6-v2, else a BERT folder."""
+    return minilm_path() if value == "minilm" else Path(value)
+
+
+def load_source(
+    *,
+    init_from_bert: str | None = None,
+    from_hf_path: str | None = None,
+    from_pretrain: str | None = None,
+    attention: dict[str, Any] | None = None,
+) -> tuple[NystromformerPreTrainedModel, Path | None]:
+    """The one initialisation requested (at most one of the three), and the tokenizer.json beside it
+    (None when the folder has none). ``attention`` None keeps the source's attention (BERT: Nyström-64)."""
+    given = [n for n, v in (("--init-from-bert", init_from_bert), ("--from-hf", from_hf_path),
+                            ("--from-pretrain", from_pretrain)) if v]  # fmt: skip
+    if len(given) > 1:
+        raise ValueError(f"give at most one of {given}")
+    if init_from_bert:
+        folder = bert_folder(init_from_bert)
+        model = from_bert(folder, attention=attention)
+    elif from_hf_path:
+        folder = Path(from_hf_path)
+        model = from_hf(folder, attention=attention)
+    elif from_pretrain:
+        folder = Path(from_pretrain) / "model"
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(
+                f"--from-pretrain {from_pretrain}: no {folder}/config.json; expected the output folder of a"
+                " finished `nystrom pretrain` run"
+            )
+        model = load_checkpoint(folder)
+        if attention is not None and attention != model.config.attention:
+            model = transfer(model, type(model), dataclasses.replace(model.config, attention=attention))
+    else:
+        raise ValueError("no initialisation given")
+    tok = folder / "tokenizer.json"
+    return model, tok if tok.is_file() else None
+
+
+def _optional_key(key: str) -> bool:
+    """Keys a target may lack in the source: a pooler (BERT without one) or a conv skip (BERT has none)."""
+    return key.startswith("pooler.") or key.endswith(".conv.weight")
+
+
+def transfer(
+    source: NystromformerPreTrainedModel, cls: type[NystromformerPreTrainedModel], config: NystromformerConfig
+) -> NystromformerPreTrainedModel:
+    """A new ``cls(config)`` holding ``source``'s encoder (and its MLM/SOP heads where both have them).
+
+    A pooler missing from the source keeps its fresh initialisation; a conv skip missing from the source
+    starts at zero (so the function is still the source's). Any other mismatch is an error.
+    """
+    target = cls(config)
+    state = source.base_model.state_dict()
+    missing, unexpected = target.base_model.load_state_dict(state, strict=False)
+    bad = [k for k in missing if not _optional_key(k)] + [k for k in unexpected if not _optional_key(k)]
+    if bad:
+        raise ValueError(
+            f"cannot move the {type(source).__name__} encoder into {cls.__name__}: keys {bad[:8]}"
+        )
+    if any(k.endswith(".conv.weight") for k in unexpected):
+        print("[nystrom] note: the source's conv skip is dropped (the requested attention has none)")
+    with torch.no_grad():
+        for key in missing:
+            if key.endswith(".conv.weight"):
+                target.base_model.get_parameter(key).zero_()
+    for head in ("lm_head", "sop_head"):
+        src, dst = getattr(source, head, None), getattr(target, head, None)
+        if isinstance(src, nn.Module) and isinstance(dst, nn.Module):
+            dst.load_state_dict(src.state_dict())
+    return target
