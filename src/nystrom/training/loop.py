@@ -188,7 +188,7 @@ def train(
         gnorm = (
             float(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip))
             if cfg.clip is not None
-            else float("nan")
+            else None  # JSON has no NaN: an unclipped run logs null
         )
         opt.step()
         sched.step()
