@@ -50,15 +50,20 @@ class _ShortKeyAttention(torch.autograd.Function):
         out = q.new_empty(b, n, h, v.shape[-1])  # heads interleaved: the caller's head merge is a view
         kt = (k * scale).mT.contiguous()  # (b, h, d, m)
 
+        blocks = -(-n // CHUNK_ROWS)
+
+        # Items are row blocks (all heads of one block of tokens), so the two workers first-touch
+        # disjoint pages of the fresh output: on this VM page faults cost as much as the GEMMs.
         def item(t: int) -> None:
-            i, j = divmod(t, h)
-            buf = q.new_empty(min(CHUNK_ROWS, n), m)
+            i, blk = divmod(t, blocks)
+            s0 = blk * CHUNK_ROWS
+            buf = q.new_empty(min(CHUNK_ROWS, n - s0), m)
             vi = None if valid is None else valid[i]
-            for s0 in range(0, n, CHUNK_ROWS):
+            for j in range(h):
                 p = _short_probs(q[i, j, s0 : s0 + CHUNK_ROWS], kt[i, j], vi, buf)  # (c, m)
                 torch.mm(p, v[i, j], out=out[i, s0 : s0 + CHUNK_ROWS, j])  # (c, dv)
 
-        parallel_for(item, range(b * h), device=q.device)
+        parallel_for(item, range(b * blocks), device=q.device)
         ctx.save_for_backward(q, k, v, valid)
         ctx.scale = scale
         return out.permute(0, 2, 1, 3)  # (b, h, n, dv) view
