@@ -18,7 +18,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.checks import check_choice, check_key_padding_mask, check_positive_int, check_qkv
+from nystrom.functional.checks import (
+    check_choice,
+    check_key_padding_mask,
+    check_positive_int,
+    check_qkv,
+)
 from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import _segment_means
 from nystrom.functional.parallel import single_threaded
@@ -42,16 +47,7 @@ def _prepare(q, k, v, num_landmarks, key_padding_mask, pinv_iterations, pinv, pi
     check_choice("pinv", pinv, PINV_METHODS)
     check_choice("pinv_init", pinv_init, PINV_INITS)
     mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    elif (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
-    return mask, float(scale)
+    return mask, resolve_scale(scale, d)
 
 
 def _landmark_kernel(q, k, m, mask, pinv_iterations, pinv, pinv_init, scale):

@@ -7,6 +7,8 @@ Legend: b batch, h heads, n tokens, d head dim.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -89,3 +91,17 @@ def check_key_padding_mask(
 def check_finite(name: str, t: torch.Tensor) -> None:
     if not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or Inf values")
+
+
+def resolve_scale(scale: object, d: int) -> float:
+    """The score scale as a positive finite float; None means ``1/sqrt(d)``."""
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if (
+        not isinstance(scale, (int, float))
+        or isinstance(scale, bool)
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
+        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
+    return float(scale)

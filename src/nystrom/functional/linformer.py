@@ -14,25 +14,9 @@ ones the shorter run drops). Padded positions still get an output (attending to 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from nystrom.functional.checks import check_key_padding_mask, check_qkv
-
-
-def _resolve_scale(scale: float | None, d: int) -> float:
-    """``scale`` as a positive finite float; None means ``1/sqrt(d)``."""
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
-    return float(scale)
+from nystrom.functional.checks import check_key_padding_mask, check_qkv, resolve_scale
 
 
 def _check_projection(name: str, e: torch.Tensor, n: int, like: torch.Tensor) -> None:
@@ -75,7 +59,7 @@ def linformer_attention(
     _check_projection("e", e, n, q)
     _check_projection("f", f, n, q)
     mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
-    scale = _resolve_scale(scale, d)
+    scale = resolve_scale(scale, d)
     if mask is not None:
         keep = mask[:, None, :, None]  # (b, 1, n, 1)
         k = k.masked_fill(~keep, 0.0)  # padded keys add nothing to E k

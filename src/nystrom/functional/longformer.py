@@ -15,28 +15,12 @@ key (a padded query far from any real token) gets a finite, meaningless output i
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv
+from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv, resolve_scale
 
 #: smallest block size: tiny windows would otherwise mean thousands of tiny matmuls
 _MIN_BLOCK = 16
-
-
-def _resolve_scale(scale: float | None, d: int) -> float:
-    """``scale`` as a positive finite float; None means ``1/sqrt(d)``."""
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
-    return float(scale)
 
 
 def _neighbour_blocks(x: torch.Tensor) -> torch.Tensor:
@@ -69,7 +53,7 @@ def sliding_window_attention(
     if window_size % 2 == 0:
         raise ValueError(f"window_size must be odd (2 * radius + 1, centred on the query), got {window_size}")
     mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
-    scale = _resolve_scale(scale, d)
+    scale = resolve_scale(scale, d)
     r = window_size // 2
     c = max(r, _MIN_BLOCK)
     nb = -(-n // c)

@@ -25,23 +25,15 @@ import math
 
 import torch
 
-from nystrom.functional.checks import check_choice, check_key_padding_mask, check_positive_int, check_qkv
+from nystrom.functional.checks import (
+    check_choice,
+    check_key_padding_mask,
+    check_positive_int,
+    check_qkv,
+    resolve_scale,
+)
 
 FEATURE_KINDS = ("plain", "query", "key")
-
-
-def _resolve_scale(scale: float | None, d: int) -> float:
-    """``scale`` as a positive finite float; None means ``1/sqrt(d)``."""
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
-    return float(scale)
 
 
 def orthogonal_random_features(
@@ -130,7 +122,7 @@ def performer_attention(
         shape = tuple(projection.shape) if isinstance(projection, torch.Tensor) else type(projection).__name__
         raise ValueError(f"projection must have shape (num_features, {d}), got {shape}")
     mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
-    root = _resolve_scale(scale, d) ** 0.5  # split the scale between q and k
+    root = resolve_scale(scale, d) ** 0.5  # split the scale between q and k
     q_f = favor_features(q * root, projection, kind="query")  # (b, h, n, m)
     k_f = favor_features(k * root, projection, kind="key", key_padding_mask=mask)  # (b, h, n, m)
     # a ones column on v gives the normaliser D from the same two matmuls as the numerator

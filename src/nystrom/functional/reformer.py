@@ -18,28 +18,12 @@ the self logit. A real token's output therefore never depends on padded tokens' 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv
+from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv, resolve_scale
 
 #: logit of a token attending to itself: low enough to lose against any real key, above padding
 SELF_LOGIT = -5e4
-
-
-def _resolve_scale(scale: float | None, d: int) -> float:
-    """``scale`` as a positive finite float; None means ``1/sqrt(d)``."""
-    if scale is None:
-        return 1.0 / math.sqrt(d)
-    if (
-        not isinstance(scale, (int, float))
-        or isinstance(scale, bool)
-        or not math.isfinite(scale)
-        or scale <= 0
-    ):
-        raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
-    return float(scale)
 
 
 def lsh_num_buckets(n: int, bucket_size: int) -> int:
@@ -103,7 +87,7 @@ def lsh_attention(
         shape = tuple(rotations.shape) if isinstance(rotations, torch.Tensor) else type(rotations).__name__
         raise ValueError(f"rotations must have shape (n_hashes, {d}, n_buckets // 2), got {shape}")
     mask = check_key_padding_mask(key_padding_mask, b, n, qk.device)
-    scale = _resolve_scale(scale, d)
+    scale = resolve_scale(scale, d)
     r, u = rotations.shape[0], 2 * rotations.shape[2]
     nc = -(-n // c)
     n_pad = nc * c
