@@ -23,6 +23,7 @@ from nystrom.functional.checks import (
     check_key_padding_mask,
     check_positive_int,
     check_qkv,
+    resolve_scale,
 )
 from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import _segment_means
