@@ -25,9 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     from nystrom.bench.commands import register as register_bench
     from nystrom.data.lra.commands import register as register_data
     from nystrom.tasks.lra_commands import register as register_lra
+    from nystrom.tasks.text_commands import register as register_text
 
     register_bench(sub)
     register_lra(sub)
+    register_text(sub)
 
     register_data(sub)
     return p

@@ -32,6 +32,7 @@ from nystrom.data.glue import (
 )
 from nystrom.data.text import TextTokenizer, load_tokenizer
 from nystrom.model import NystromformerConfig, NystromformerForSequenceClassification
+from nystrom.tasks.pretrain import check_eval_batches
 from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_source, parse_attention, transfer
 from nystrom.training import Task, TrainConfig, train
 
@@ -53,9 +54,14 @@ class FinetunePreset:
 PRESETS: dict[str, FinetunePreset] = {
     "paper": FinetunePreset(batch_size=32, lr=3e-5, epochs=4, max_length=128, imdb_max_length=512),
     "quick": FinetunePreset(
-        batch_size=16, lr=5e-5, epochs=1, max_length=128, imdb_max_length=256,
-        max_train_examples=2000, max_eval_examples=500,
-    ),  # fmt: skip
+        batch_size=16,
+        lr=5e-5,
+        epochs=1,
+        max_length=128,
+        imdb_max_length=256,
+        max_train_examples=2000,
+        max_eval_examples=500,
+    ),
 }
 
 
@@ -115,7 +121,9 @@ class FinetuneRun:
         )
 
 
-def build_model(run: FinetuneRun, num_labels: int) -> tuple[NystromformerForSequenceClassification, TextTokenizer]:
+def build_model(
+    run: FinetuneRun, num_labels: int
+) -> tuple[NystromformerForSequenceClassification, TextTokenizer]:
     """The classifier from the requested initialisation (or fresh), and its tokenizer."""
     spec = parse_attention(run.attention, conv_kernel=run.conv_kernel) if run.attention else None
     sources = (run.init_from_bert, run.from_hf, run.from_pretrain)
@@ -141,11 +149,15 @@ def build_model(run: FinetuneRun, num_labels: int) -> tuple[NystromformerForSequ
         raise ValueError("no tokenizer.json beside the initialisation: give --tokenizer PATH")
     tok = load_tokenizer(tok_path)
     if source is None:
-        cfg = dataclasses.replace(cfg, vocab_size=max(cfg.vocab_size, tok.vocab_size), pad_token_id=tok.pad_id)
+        cfg = dataclasses.replace(
+            cfg, vocab_size=max(cfg.vocab_size, tok.vocab_size), pad_token_id=tok.pad_id
+        )
     elif tok.vocab_size > cfg.vocab_size:
         raise ValueError(f"tokenizer {tok.path} has {tok.vocab_size} ids but the model only {cfg.vocab_size}")
     if run.length() > cfg.max_position_embeddings:
-        raise ValueError(f"--max-length {run.length()} exceeds the model's {cfg.max_position_embeddings} positions")
+        raise ValueError(
+            f"--max-length {run.length()} exceeds the model's {cfg.max_position_embeddings} positions"
+        )
     cfg = dataclasses.replace(
         cfg,
         num_labels=num_labels,
@@ -180,14 +192,18 @@ def f1_score(pred: list[int], gold: list[int], *, positive: int = 1) -> float:
 
 
 @torch.no_grad()
-def predict(model: nn.Module, data: ClassificationDataset, *, pad_id: int, batch_size: int, bf16: bool) -> list[int]:
+def predict(
+    model: nn.Module, data: ClassificationDataset, *, pad_id: int, batch_size: int, bf16: bool
+) -> list[int]:
     """Class ids (argmax of the logits (b, c)) for every item of ``data``."""
     was = model.training
     model.eval()
     preds: list[int] = []
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         for lo in range(0, len(data), batch_size):
-            batch = collate_classification([data[i] for i in range(lo, min(lo + batch_size, len(data)))], pad_id=pad_id)
+            batch = collate_classification(
+                [data[i] for i in range(lo, min(lo + batch_size, len(data)))], pad_id=pad_id
+            )
             batch.pop("labels", None)
             preds += model(**batch).logits.argmax(-1).tolist()
     model.train(was)
@@ -220,6 +236,7 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
 
     task = Task(model, train_set, collate, classification_step, dev=devs[0], name=f"finetune-{run.task}")
     cfg = run.train_config(len(train_set))
+    check_eval_batches(len(devs[0]), cfg)
     loop_results = train(task, cfg, run.out, progress=progress)
     if (dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))) != 0:
         return {"loop": loop_results}

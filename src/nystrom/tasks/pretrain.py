@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ PRESETS: dict[str, PretrainPreset] = {
     "paper": PretrainPreset(steps=500_000, batch_size=256, seq_len=512, eval_every=10_000, eval_batches=50),
     "quick": PretrainPreset(steps=200, batch_size=16, seq_len=128, eval_every=50, eval_batches=4),
     # scaled-down Figure 5 on a 2-core CPU (MiniLM init, python-docstrings corpus); see docs/pretraining.md
-    "fig5": PretrainPreset(steps=300, batch_size=16, seq_len=256, eval_every=25, eval_batches=6),
+    "fig5": PretrainPreset(steps=200, batch_size=16, seq_len=256, eval_every=20, eval_batches=8),
 }
 
 
@@ -156,6 +157,18 @@ def pretrain_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str
     }
 
 
+def check_eval_batches(num_dev: int, cfg: TrainConfig) -> None:
+    """The loop's DDP evaluation hangs when a process gets no dev batch: refuse that up front."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    batches = math.ceil(num_dev / (cfg.eval_batch_size or cfg.batch_size))
+    batches = min(batches, cfg.eval_batches or batches)
+    if batches < world:
+        raise ValueError(
+            f"{num_dev} dev examples make {batches} evaluation batch(es) for {world} processes; every process"
+            " needs one: use a smaller --batch-size, more --eval-batches or a larger --dev-fraction"
+        )
+
+
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
 
@@ -247,7 +260,9 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
         tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
         os.replace(tmp, path)
-    results = train(task, run.train_config(), run.out, progress=progress)
+    cfg = run.train_config()
+    check_eval_batches(len(task.dev), cfg)
+    results = train(task, cfg, run.out, progress=progress)
     results.update(train_examples=len(task.train), dev_examples=len(task.dev))
     if _rank() == 0:
         task.model.model.save_pretrained(run.out / "model")

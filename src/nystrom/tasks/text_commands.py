@@ -13,7 +13,7 @@ from pathlib import Path
 
 _PRETRAIN_EPILOG = """\
 presets: paper (batch 256, length 512, 500k steps), quick (16, 128, 200 steps),
-         fig5 (16, 256, 300 steps: the scaled-down Figure 5, see docs/pretraining.md)
+         fig5 (16, 256, 200 steps: the scaled-down Figure 5, see docs/pretraining.md)
 corpus:  files (blank-line separated documents, or --doc-mode file), folders (their *.txt), or the
          built-in python-docstrings (the standard library's docstrings + pydoc topics of this Python)
 example: nystrom pretrain --preset fig5 --init-from-bert minilm --attention nystrom-64 \\
@@ -107,9 +107,15 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="output folder (re-running resumes from OUT/last)")
-    p.add_argument("--init-from-bert", metavar="PATH", help="HF BERT folder, or 'minilm' (bundled all-MiniLM-L6-v2)")
-    p.add_argument("--tokenizer", type=Path, help="tokenizer.json (default: the one beside the initialisation)")
-    p.add_argument("--conv-kernel", type=_kernel, default=65, help="Nyström conv skip taps (0 = none; default 65)")
+    p.add_argument(
+        "--init-from-bert", metavar="PATH", help="HF BERT folder, or 'minilm' (bundled all-MiniLM-L6-v2)"
+    )
+    p.add_argument(
+        "--tokenizer", type=Path, help="tokenizer.json (default: the one beside the initialisation)"
+    )
+    p.add_argument(
+        "--conv-kernel", type=_kernel, default=65, help="Nyström conv skip taps (0 = none; default 65)"
+    )
     p.add_argument("--batch-size", type=_positive, help="examples per optimiser step (all processes)")
     p.add_argument("--lr", type=_positive_float, help="peak learning rate")
     p.add_argument("--dropout", type=_dropout, help="override the model's dropout (0 for exact comparisons)")
@@ -130,21 +136,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--corpus", nargs="+", required=True, help="text files, folders or 'python-docstrings'")
     p.add_argument("--preset", choices=sorted(PT_PRESETS), default="quick")
-    p.add_argument("--attention", default="nystrom-64", help="nystrom-<landmarks> or softmax (default nystrom-64)")
-    p.add_argument("--model", default="bert-small", help="fresh model: bert-small, bert-base or a config .json")
-    p.add_argument("--train-tokenizer", type=_positive, metavar="VOCAB", help="train a WordPiece on the corpus")
+    p.add_argument(
+        "--attention", default="nystrom-64", help="nystrom-<landmarks> or softmax (default nystrom-64)"
+    )
+    p.add_argument(
+        "--model", default="bert-small", help="fresh model: bert-small, bert-base or a config .json"
+    )
+    p.add_argument(
+        "--train-tokenizer", type=_positive, metavar="VOCAB", help="train a WordPiece on the corpus"
+    )
     p.add_argument("--steps", type=_positive, help="optimiser steps (warm-up = 2%% unless --warmup)")
     p.add_argument("--seq-len", type=_positive, help="tokens per example")
     p.add_argument("--warmup", type=int, help="warm-up steps")
     p.add_argument("--eval-every", type=_positive, help="steps between dev evaluations")
     p.add_argument("--eval-batches", type=_positive, help="dev batches per evaluation")
-    p.add_argument("--doc-mode", choices=("blank", "file"), default="blank", help="documents: blank-line separated or one per file")
+    p.add_argument(
+        "--doc-mode",
+        choices=("blank", "file"),
+        default="blank",
+        help="documents: blank-line separated or one per file",
+    )
     p.add_argument("--dev-fraction", type=float, default=0.05, help="documents held out for MLM/SOP accuracy")
     p.add_argument("--grad-accum", type=_positive, default=1, help="micro-batches per step")
     _common(p)
     p.set_defaults(func=cmd_pretrain)
 
-    c = subparsers.add_parser("pretrain-compare", help="dev MLM/SOP curves of pretrain runs in one PNG + table")
+    c = subparsers.add_parser(
+        "pretrain-compare", help="dev MLM/SOP curves of pretrain runs in one PNG + table"
+    )
     c.add_argument("runs", nargs="+", type=Path, help="`nystrom pretrain` output folders")
     c.add_argument("--png", type=Path, required=True, help="figure to write")
     c.add_argument("--table", type=Path, help="markdown table to write")
@@ -152,7 +171,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     f = subparsers.add_parser("finetune", help="GLUE / IMDB fine-tuning (the paper's Table 2)")
     f.add_argument("task", choices=FINETUNE_TASKS)
-    f.add_argument("--data", type=Path, required=True, help="GLUE root (holding SST-2/, MRPC/, ...) or aclImdb/")
+    f.add_argument(
+        "--data", type=Path, required=True, help="GLUE root (holding SST-2/, MRPC/, ...) or aclImdb/"
+    )
     f.add_argument("--preset", choices=sorted(FT_PRESETS), default="paper")
     f.add_argument("--from-hf", metavar="PATH", help="HF Nystromformer folder")
     f.add_argument("--from-pretrain", metavar="DIR", help="output folder of `nystrom pretrain`")
@@ -164,3 +185,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f.add_argument("--max-eval-examples", type=_positive, help="use only the first N of each dev/test split")
     _common(f)
     f.set_defaults(func=cmd_finetune)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m nystrom.tasks.text_commands pretrain ...``, e.g. under torchrun)."""
+    parser = argparse.ArgumentParser(prog="nystrom")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

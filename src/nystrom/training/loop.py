@@ -114,7 +114,11 @@ def evaluate(
                 acc[1] += c
     model.train(was_training)
     keys = sorted(sums)
-    vec = torch.tensor([v for k in keys for v in sums[k]], dtype=torch.float64)
+    if world > 1:  # a rank with no batch knows no metric names: agree on the union before reducing
+        names: list = [None] * world
+        dist.all_gather_object(names, keys)
+        keys = sorted({k for ks in names for k in ks})
+    vec = torch.tensor([v for k in keys for v in sums.get(k, [0.0, 0.0])], dtype=torch.float64)
     if world > 1:
         dist.all_reduce(vec)
     return {k: float(vec[2 * i] / max(vec[2 * i + 1], 1)) for i, k in enumerate(keys)}

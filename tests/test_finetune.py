@@ -1,0 +1,148 @@
+"""GLUE/IMDB readers in the real formats, malformed rows, F1, and `nystrom finetune` end to end."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from nystrom.data.glue import encode_pair, load_glue_file, load_imdb_reviews, load_task, read_tsv
+from nystrom.data.text import train_wordpiece
+from nystrom.model import NystromformerConfig
+from nystrom.tasks.finetune import classification_step, f1_score
+from nystrom.tasks.text_commands import main
+
+FIX = Path(__file__).parent / "fixtures" / "text"
+GLUE, IMDB = FIX / "glue", FIX / "aclImdb"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ft")
+    tok = train_wordpiece(sorted((FIX / "corpus").glob("*.txt")), root / "tokenizer.json", vocab_size=300)
+    NystromformerConfig.preset(
+        "bert-small", vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128, classifier_hidden=32,
+    ).save(root / "tiny.json")  # fmt: skip
+    return root
+
+
+def test_glue_readers_find_columns_by_header():
+    sst = load_glue_file(GLUE, "sst2", "train.tsv", labelled=True)
+    assert len(sst.text_a) == 8 and sst.text_b is None and sst.labels == [1, 1, 1, 1, 0, 0, 0, 0]
+    assert sst.text_a[7] == 'a tedious , "clumsy and confused story'  # QUOTE_NONE: a quote is text
+    mrpc = load_glue_file(GLUE / "MRPC", "mrpc", "train.tsv", labelled=True)  # the task folder itself, BOM
+    assert mrpc.labels == [1, 0, 1, 0] and mrpc.text_b[0].startswith("The meeting will begin")
+    qnli = load_glue_file(GLUE, "qnli", "train.tsv", labelled=True)
+    assert qnli.labels == [0, 1, 0, 1] and qnli.index == ["0", "1", "2", "3"]
+    qqp = load_glue_file(GLUE, "qqp", "dev.tsv", labelled=True)
+    assert qqp.index == ["10", "11", "12"] and qqp.labels == [0, 1, 0]
+    mnli = load_task(GLUE, "mnli")
+    assert [e.name for e in mnli["dev"]] == ["mnli/dev_matched", "mnli/dev_mismatched"]
+    assert mnli["dev"][0].labels == [1, 2, 0] and mnli["train"][0].text_b[2] == "The shop closes at six ."
+    test = load_task(GLUE, "sst2")["test"][0]
+    assert test.labels is None and test.index == ["0", "1", "2"]
+
+
+def test_malformed_row_names_file_and_line(tmp_path):
+    shutil.copytree(GLUE / "SST-2", tmp_path / "SST-2")
+    with open(tmp_path / "SST-2" / "train.tsv", "a") as f:
+        f.write("fine\t1\n" * 7 + "too\tmany\t1\n")
+    with pytest.raises(
+        ValueError, match=r"^SST-2/train\.tsv line 17: expected 2 tab-separated fields, got 3$"
+    ):
+        load_glue_file(tmp_path, "sst2", "train.tsv", labelled=True)
+    (tmp_path / "SST-2" / "dev.tsv").write_text("sentence\tlabel\ngood\t7\n")
+    with pytest.raises(ValueError, match=r"SST-2/dev\.tsv line 2: label '7'"):
+        load_glue_file(tmp_path, "sst2", "dev.tsv", labelled=True)
+    with pytest.raises(FileNotFoundError, match="SST-2/missing.tsv"):
+        read_tsv(tmp_path / "SST-2" / "missing.tsv", display="SST-2/missing.tsv")
+
+
+def test_imdb_reader():
+    train = load_imdb_reviews(IMDB, "train")
+    assert train.index == ["neg/0_2", "neg/1_2", "pos/0_9", "pos/1_9"] and train.labels == [0, 0, 1, 1]
+    assert "<br" not in train.text_a[2] and train.text_a[2].startswith("This movie was wonderful.")
+
+
+def test_f1_against_a_hand_computed_example():
+    pred, gold = [1, 1, 0, 0, 1, 0], [1, 0, 1, 0, 1, 0]  # tp 2, fp 1, fn 1, tn 2
+    assert f1_score(pred, gold) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
+    assert f1_score([0, 0], [1, 0]) == 0.0
+
+    class Fixed(torch.nn.Module):
+        def forward(self, labels, **_):
+            logits = torch.nn.functional.one_hot(torch.tensor(pred), 2).float()
+            return type("O", (), {"logits": logits, "loss": torch.tensor(0.0)})
+
+    _, m = classification_step(Fixed(), {"labels": torch.tensor(gold)})
+    assert m["accuracy"] == (4.0, 6)
+    tp, fp, fn = (m[k][0] / m[k][1] for k in ("tp", "fp", "fn"))
+    assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(2 / 3)
+
+
+def test_pair_encoding_truncates_longest_first(setup):
+    from nystrom.data.text import load_tokenizer
+
+    tok = load_tokenizer(setup / "tokenizer.json")
+    ids, types = encode_pair(list(range(10, 20)), [7, 8, 9], tok, 10)
+    assert ids.tolist() == [tok.cls_id, 10, 11, 12, 13, tok.sep_id, 7, 8, 9, tok.sep_id]
+    assert types.tolist() == [0] * 6 + [1] * 4
+
+
+def _run(setup, task, out, data, *extra):
+    args = ["finetune", task, "--data", str(data), "--out", str(out), "--model", str(setup / "tiny.json"),
+            "--tokenizer", str(setup / "tokenizer.json"), "--attention", "nystrom-4", "--conv-kernel", "3",
+            "--batch-size", "4", "--epochs", "2", "--lr", "1e-3", "--no-progress", *extra]  # fmt: skip
+    assert main(args) == 0
+    return json.loads((out / "finetune_results.json").read_text())
+
+
+def _predictions(path: Path) -> list[list[str]]:
+    lines = path.read_text().splitlines()
+    assert lines[0] == "index\tprediction"
+    return [ln.split("\t") for ln in lines[1:]]
+
+
+def test_finetune_sst2_writes_predictions(setup, tmp_path):
+    res = _run(setup, "sst2", tmp_path, GLUE)
+    assert res["dev"]["examples"] == 4 and 0 <= res["dev"]["accuracy"] <= 1 and "f1" not in res["dev"]
+    dev = _predictions(tmp_path / "predictions_dev.tsv")
+    test = _predictions(tmp_path / "predictions_test.tsv")
+    assert [r[0] for r in dev] == ["0", "1", "2", "3"] and [r[0] for r in test] == ["0", "1", "2"]
+    assert all(r[1] in ("0", "1") for r in dev + test)
+    gold = load_glue_file(GLUE, "sst2", "dev.tsv", labelled=True).labels
+    assert res["dev"]["accuracy"] == sum(int(r[1]) == g for r, g in zip(dev, gold)) / 4
+    assert len(res["loop"]) and (tmp_path / "metrics.jsonl").is_file()
+
+
+def test_finetune_mrpc_f1_and_mnli_two_dev_sets(setup, tmp_path):
+    res = _run(setup, "mrpc", tmp_path / "mrpc", GLUE)
+    preds = [int(r[1]) for r in _predictions(tmp_path / "mrpc" / "predictions_dev.tsv")]
+    assert res["dev"]["f1"] == pytest.approx(f1_score(preds, [1, 0]))
+    res = _run(setup, "mnli", tmp_path / "mnli", GLUE)
+    assert set(res) == {"loop", "dev_matched", "dev_mismatched"}
+    rows = _predictions(tmp_path / "mnli" / "predictions_dev_mismatched.tsv")
+    assert len(rows) == 3 and all(r[1] in ("contradiction", "entailment", "neutral") for r in rows)
+
+
+def test_imdb_from_a_pretrain_run(setup, tmp_path):
+    pre = tmp_path / "pre"
+    assert main([
+        "pretrain", "--corpus", str(FIX / "corpus"), "--tokenizer", str(setup / "tokenizer.json"),
+        "--model", str(setup / "tiny.json"), "--attention", "nystrom-4", "--conv-kernel", "3", "--seq-len", "32",
+        "--steps", "2", "--batch-size", "4", "--dev-fraction", "0.2", "--out", str(pre), "--no-progress",
+    ]) == 0  # fmt: skip
+    out = tmp_path / "imdb"
+    args = ["finetune", "imdb", "--data", str(IMDB), "--out", str(out), "--from-pretrain", str(pre),
+            "--batch-size", "2", "--epochs", "1", "--max-length", "64", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    res = json.loads((out / "finetune_results.json").read_text())
+    assert res["test"]["examples"] == 4
+    assert [r[0] for r in _predictions(out / "predictions_test.tsv")] == [
+        "neg/0_2",
+        "neg/1_2",
+        "pos/0_9",
+        "pos/1_9",
+    ]

@@ -1,0 +1,147 @@
+"""`nystrom pretrain` on the shared loop: the loss falls, outputs, MiniLM init, DDP = 1 process, Fig. 5 plot."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from nystrom.data.text import train_wordpiece
+from nystrom.model import NystromformerConfig, NystromformerForPreTraining, load_checkpoint
+from nystrom.tasks.pretrain import PretrainRun, build_model, run_pretrain
+from nystrom.tasks.pretrain_compare import compare_runs
+from nystrom.tasks.text_commands import main
+from nystrom.tasks.text_models import parse_attention
+from nystrom.training.logging import read_metrics
+
+CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A WordPiece tokenizer (300 ids) of the fixture corpus and a 2-layer 64-wide config JSON."""
+    root = tmp_path_factory.mktemp("pre")
+    tok = train_wordpiece(sorted(CORPUS.glob("*.txt")), root / "tokenizer.json", vocab_size=300)
+    cfg = NystromformerConfig.preset(
+        "bert-small", vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=128, max_position_embeddings=64, classifier_hidden=64,
+    )  # fmt: skip
+    cfg.save(root / "tiny.json")
+    return root
+
+
+def _args(setup: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "pretrain", "--corpus", str(CORPUS), "--tokenizer", str(setup / "tokenizer.json"),
+        "--model", str(setup / "tiny.json"), "--attention", "nystrom-8", "--conv-kernel", "5",
+        "--seq-len", "48", "--batch-size", "8", "--dev-fraction", "0.2", "--dropout", "0",
+        "--out", str(out), "--no-progress", *extra,
+    ]  # fmt: skip
+
+
+def test_parse_attention():
+    assert parse_attention("nystrom-64") == {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65}
+    assert parse_attention("softmax") == {"name": "softmax"}
+    for bad in ("nystrom", "softmax-3", "linformer-64"):
+        with pytest.raises(ValueError, match="--attention"):
+            parse_attention(bad)
+
+
+def test_pretraining_loss_falls_and_writes_a_loadable_model(setup, tmp_path):
+    out = tmp_path / "run"
+    assert (
+        main(_args(setup, out, "--steps", "40", "--lr", "3e-3", "--warmup", "2", "--eval-every", "20")) == 0
+    )
+    train = [r["loss"] for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"]
+    assert len(train) == 20  # log every 2 steps
+    assert sum(train[-3:]) / 3 < 0.75 * sum(train[:3]) / 3
+    dev = [r for r in read_metrics(out / "metrics.jsonl") if r["split"] == "dev"]
+    assert [r["step"] for r in dev] == [20, 40]
+    assert all(0 <= r[k] <= 1 for r in dev for k in ("mlm_accuracy", "sop_accuracy"))
+    assert dev[-1]["mlm_loss"] + dev[-1]["sop_loss"] == pytest.approx(dev[-1]["loss"], rel=1e-5)
+    model = load_checkpoint(out / "model")
+    assert isinstance(model, NystromformerForPreTraining) and model.config.attention["num_landmarks"] == 8
+    assert (out / "model" / "tokenizer.json").is_file()
+    res = json.loads((out / "results.json").read_text())
+    assert res["metric"] == "mlm_accuracy" and res["best_dev"] == max(r["mlm_accuracy"] for r in dev)
+
+
+def test_init_from_minilm_keeps_the_encoder():
+    run = PretrainRun(
+        corpus=("python-docstrings",), out=Path("unused"), init_from_bert="minilm", attention="softmax"
+    )
+    model, tok = build_model(run)
+    from nystrom.model import from_bert, minilm_path
+
+    ref = from_bert(minilm_path(), attention="softmax")
+    assert tok is not None and tok.name == "tokenizer.json"
+    own = model.nystromformer.state_dict()
+    for k, v in ref.state_dict().items():
+        assert torch.equal(own[k], v), k
+    ids = torch.tensor([[101, 7592, 2088, 102]])
+    model.eval()
+    assert torch.allclose(model.nystromformer(ids).last_hidden_state, ref(ids).last_hidden_state, atol=1e-6)
+
+
+def test_resume_with_other_options_is_refused(setup, tmp_path):
+    run = PretrainRun(
+        corpus=(str(CORPUS),), out=tmp_path, tokenizer=setup / "tokenizer.json", model=str(setup / "tiny.json"),
+        attention="nystrom-8", seq_len=48, steps=1, batch_size=4, dev_fraction=0.2,
+    )  # fmt: skip
+    run_pretrain(run, progress=False)
+    with pytest.raises(ValueError, match="other options"):
+        run_pretrain(PretrainRun(**{**run.__dict__, "attention": "softmax"}), progress=False)
+
+
+def test_ddp_two_processes_equals_one_process(setup, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    # batch 4: the 5 dev examples make 2 evaluation batches, one per process
+    extra = ("--steps", "4", "--lr", "1e-3", "--eval-every", "2", "--batch-size", "4")
+    cmd = [sys.executable, "-m", "nystrom.tasks.text_commands"]
+    subprocess.run([*cmd, *_args(setup, one, *extra)], check=True, env=ENV, capture_output=True)
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29541", "-m"]
+    proc = subprocess.run(
+        [*ddp, "nystrom.tasks.text_commands", *_args(setup, two, *extra)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = (
+        load_file(str(one / "last" / "model.safetensors")),
+        load_file(str(two / "last" / "model.safetensors")),
+    )
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-5), (k, float((a[k] - b[k]).abs().max()))
+    d1 = [r for r in read_metrics(one / "metrics.jsonl") if r["split"] == "dev"]
+    d2 = [r for r in read_metrics(two / "metrics.jsonl") if r["split"] == "dev"]
+    for r1, r2 in zip(d1, d2, strict=True):
+        assert r1["mlm_accuracy"] == pytest.approx(r2["mlm_accuracy"], abs=1e-9)
+        assert r1["sop_loss"] == pytest.approx(r2["sop_loss"], abs=1e-5)
+
+
+def test_compare_runs_draws_and_tabulates(tmp_path):
+    runs = []
+    for name, base in (("nystrom-64", 0.30), ("softmax", 0.32)):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "pretrain_run.json").write_text(json.dumps({"attention": name}))
+        recs = [
+            {"step": s, "split": "dev", "mlm_accuracy": base + s / 1000, "sop_accuracy": 0.5}
+            for s in (10, 20)
+        ]
+        recs.insert(0, {"step": 5, "split": "train", "loss": 3.0})
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        runs.append(run)
+    table = compare_runs(runs, tmp_path / "fig5.png", tmp_path / "fig5.md")
+    assert (tmp_path / "fig5.png").stat().st_size > 5000
+    lines = table.splitlines()
+    assert "nystrom-64 MLM acc" in lines[0] and "softmax SOP acc" in lines[0]
+    assert lines[2] == "| 10 | 0.3100 | 0.5000 | 0.3300 | 0.5000 |"
+    assert (tmp_path / "fig5.md").read_text() == table
