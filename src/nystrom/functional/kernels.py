@@ -28,7 +28,7 @@ from nystrom.functional.parallel import parallel_for
 CHUNK_ROWS = 4096  # query rows per chunk in short_key_attention (c·m floats stay in L2)
 CHUNK_KEYS = 4096  # keys per chunk in long_key_attention
 # Below these lengths the per-head Python loop costs more than it saves and the batched fused SDPA kernel
-# (also O(n) memory: flash attention on CPU) is faster; measured on 2 EPYC cores, b·h = 8 and 64.
+# (also O(n) memory: flash attention on CPU) is faster; measured on this 2-core VM, b·h = 8 and 64.
 SHORT_MIN_N = 16384
 LONG_MIN_N = 16384
 

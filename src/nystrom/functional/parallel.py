@@ -3,8 +3,8 @@
 Why: the Nyström kernels are sequences of skinny GEMMs (n×64 by 64×64) and row-wise softmax steps on
 cache-sized chunks. Splitting one such op across cores costs a barrier per op and leaves the GEMMs too
 small to scale; giving each core whole heads instead (one intra-op thread per worker, the GIL released
-inside every kernel) keeps chunks in each core's cache and removes the barriers. Measured on 2 EPYC
-cores: 1.4–2× faster than the same loop with 2 intra-op threads.
+inside every kernel) keeps chunks in each core's cache and removes the barriers. Measured on this 2-core
+VM: 1.4–2× faster than the same loop with 2 intra-op threads.
 
 Worker threads run with grad and autocast disabled (both are thread-local in PyTorch): items only
 compute into preallocated buffers.
