@@ -10,36 +10,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from nystrom.argtypes import positive_float, positive_int, positive_ints
+
 # options that belong to one suite only; naming one for the other suite is an error, not ignored
 _TABLE1_ONLY = ("device", "batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads")
 _CORE_ONLY = ("impls", "modes", "landmarks")
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        vals = [int(t) for t in text.split(",") if t]
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
-
-
-def _pos_int(text: str) -> int:
-    vals = _ints(text)
-    if len(vals) != 1:
-        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
-    return vals[0]
-
-
-def _pos_float(text: str) -> float:
-    try:
-        val = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from err
-    if not val > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return val
 
 
 def _or(value, default):
@@ -160,15 +135,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Table 1). core: Nyström core/module vs HuggingFace, lucidrains and SDPA.",
     )
     b.add_argument("suite", nargs="?", default="table1", choices=("table1", "core"))
-    b.add_argument("--lengths", type=_ints, help="comma-separated n (table1: 512..16384; core: 512..65536)")
+    b.add_argument(
+        "--lengths", type=positive_ints, help="comma-separated n (table1: 512..16384; core: 512..65536)"
+    )
     b.add_argument(
         "--quick", action="store_true", help="table1: n = 512, 2048, 4096, 3 repeats; core: 512, 2048, 8192"
     )
-    b.add_argument("--heads", type=_pos_int, help="table1: 12 (BERT-base, the paper); core: 8")
-    b.add_argument("--dim-head", type=_pos_int, help="default 64")
+    b.add_argument("--heads", type=positive_int, help="table1: 12 (BERT-base, the paper); core: 8")
+    b.add_argument("--dim-head", type=positive_int, help="default 64")
     b.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "float64"))
     b.add_argument(
-        "--repeats", type=_pos_int, help="timed calls per case, median (default 5; table1 --quick 3)"
+        "--repeats", type=positive_int, help="timed calls per case, median (default 5; table1 --quick 3)"
     )
     b.add_argument(
         "--out", type=Path, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
@@ -179,20 +156,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--methods", type=_names, help="comma-separated subset of the Table 1 methods (default all)"
     )
     t.add_argument("--device", choices=("cpu", "cuda"), help="default cpu; cuda raises if unavailable")
-    t.add_argument("--batch", type=_pos_int, help="inputs per call (default 1, as the paper)")
+    t.add_argument("--batch", type=positive_int, help="inputs per call (default 1, as the paper)")
     t.add_argument(
         "--backward", action="store_true", help="forward + backward of out.sum() instead of forward"
     )
-    t.add_argument("--max-n", type=_pos_int, help="longest n for the approximate methods (default 16384)")
-    t.add_argument("--max-exact-n", type=_pos_int, help="longest n for Transformer and SDPA (default 8192)")
+    t.add_argument("--max-n", type=positive_int, help="longest n for the approximate methods (default 16384)")
     t.add_argument(
-        "--budget", type=_pos_float, help="seconds of timed calls per case (default 20; --quick 3)"
+        "--max-exact-n", type=positive_int, help="longest n for Transformer and SDPA (default 8192)"
     )
-    t.add_argument("--threads", type=_pos_int, help="CPU threads per case (default: torch's default)")
+    t.add_argument(
+        "--budget", type=positive_float, help="seconds of timed calls per case (default 20; --quick 3)"
+    )
+    t.add_argument("--threads", type=positive_int, help="CPU threads per case (default: torch's default)")
     c = b.add_argument_group("core only")
     c.add_argument("--impls", type=_names, help="comma-separated subset of nystrom,hf,lucidrains,sdpa")
     c.add_argument("--modes", type=_names, help="comma-separated subset of core,fwd,fwdbwd")
-    c.add_argument("--landmarks", type=_pos_int, help="default 64")
+    c.add_argument("--landmarks", type=positive_int, help="default 64")
     b.set_defaults(func=_cmd_bench)
 
     a = subparsers.add_parser(
@@ -204,16 +183,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="n = 256, 512 (text) and 512, 1024 (synthetic), m = 8, 32, 128, 1 trial",
     )
-    a.add_argument("--text-lengths", type=_ints, help="n for the MiniLM family (default 256..2048)")
-    a.add_argument("--synth-lengths", type=_ints, help="n for the low-rank family (default 512..4096)")
-    a.add_argument("--params", type=_ints, help="budgets m (default 8..256)")
+    a.add_argument("--text-lengths", type=positive_ints, help="n for the MiniLM family (default 256..2048)")
+    a.add_argument(
+        "--synth-lengths", type=positive_ints, help="n for the low-rank family (default 512..4096)"
+    )
+    a.add_argument("--params", type=positive_ints, help="budgets m (default 8..256)")
     a.add_argument("--methods", type=_names, help="comma-separated subset (default all)")
-    a.add_argument("--trials", type=_pos_int, help="draws of the random methods (default 3, --quick 1)")
+    a.add_argument("--trials", type=positive_int, help="draws of the random methods (default 3, --quick 1)")
     a.add_argument("--layer", type=int, default=2, help="MiniLM layer whose q, k, v are used (0..5)")
     a.add_argument("--text", type=Path, help="English text to tokenise (default CPython LICENSE.txt)")
-    a.add_argument("--fig-n", type=_pos_int, default=512, help="tokens shown in the Figure 3 maps")
+    a.add_argument("--fig-n", type=positive_int, default=512, help="tokens shown in the Figure 3 maps")
     a.add_argument("--fig-head", type=int, default=0, help="MiniLM head shown in Figure 3")
-    a.add_argument("--fig-m", type=_pos_int, default=64, help="landmarks in Figure 3")
+    a.add_argument("--fig-m", type=positive_int, default=64, help="landmarks in Figure 3")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument(
         "--out", type=Path, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nystrom.argtypes import positive_float, positive_int
 from nystrom.tasks.lra_presets import PRESET_NAMES, TASKS
 
 _EPILOG = """\
@@ -29,26 +30,6 @@ data (--data DIR; ListOps without --data is generated into OUT/data):
 
 Re-running the same command resumes from OUT/last.
 """
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from err
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from err
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def _sizes(text: str) -> tuple[int, int, int]:
@@ -125,13 +106,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data", type=Path, help="folder with the task's files in the release format")
     p.add_argument("--out", type=Path, help="output folder (default runs/lra/TASK-ATTN-PRESET-seedS)")
-    p.add_argument("--steps", type=_positive, help="optimiser steps (warm-up scales proportionally)")
-    p.add_argument("--batch-size", type=_positive, help="examples per optimiser step")
-    p.add_argument("--lr", type=_positive_float, help="peak learning rate")
+    p.add_argument("--steps", type=positive_int, help="optimiser steps (warm-up scales proportionally)")
+    p.add_argument("--batch-size", type=positive_int, help="examples per optimiser step")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate")
     p.add_argument(
-        "--max-length", type=_positive, help="tokens per sequence/document (text: 1000 = released script)"
+        "--max-length", type=positive_int, help="tokens per sequence/document (text: 1000 = released script)"
     )
-    p.add_argument("--eval-batches", type=_positive, help="bound each dev evaluation (test is always full)")
+    p.add_argument(
+        "--eval-batches", type=positive_int, help="bound each dev evaluation (test is always full)"
+    )
     p.add_argument("--seed", type=int, default=0, help="initialisation and example order (default 0)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
     p.add_argument(

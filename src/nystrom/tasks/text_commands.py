@@ -11,6 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from nystrom.argtypes import positive_float, positive_int
+
 _PRETRAIN_EPILOG = """\
 presets: paper (batch 256, length 512, 500k steps), quick (16, 128, 200 steps),
          fig5 (16, 256, 200 steps: the scaled-down Figure 5, see docs/pretraining.md)
@@ -19,26 +21,6 @@ corpus:  files (blank-line separated documents, or --doc-mode file), folders (th
 example: nystrom pretrain --preset fig5 --init-from-bert minilm --attention nystrom-64 \\
              --corpus python-docstrings --out runs/fig5/nystrom-64
 """
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from err
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from err
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
 
 
 def _dropout(text: str) -> float:
@@ -52,7 +34,7 @@ def _dropout(text: str) -> float:
 
 
 def _kernel(text: str) -> int | None:
-    return None if text in ("0", "none") else _positive(text)
+    return None if text in ("0", "none") else positive_int(text)
 
 
 def _is_main() -> bool:
@@ -116,8 +98,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--conv-kernel", type=_kernel, default=65, help="Nyström conv skip taps (0 = none; default 65)"
     )
-    p.add_argument("--batch-size", type=_positive, help="examples per optimiser step (all processes)")
-    p.add_argument("--lr", type=_positive_float, help="peak learning rate")
+    p.add_argument("--batch-size", type=positive_int, help="examples per optimiser step (all processes)")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate")
     p.add_argument("--dropout", type=_dropout, help="override the model's dropout (0 for exact comparisons)")
     p.add_argument("--seed", type=int, default=0, help="initialisation, example order, masks (default 0)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
@@ -143,13 +125,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model", default="bert-small", help="fresh model: bert-small, bert-base or a config .json"
     )
     p.add_argument(
-        "--train-tokenizer", type=_positive, metavar="VOCAB", help="train a WordPiece on the corpus"
+        "--train-tokenizer", type=positive_int, metavar="VOCAB", help="train a WordPiece on the corpus"
     )
-    p.add_argument("--steps", type=_positive, help="optimiser steps (warm-up = 2%% unless --warmup)")
-    p.add_argument("--seq-len", type=_positive, help="tokens per example")
+    p.add_argument("--steps", type=positive_int, help="optimiser steps (warm-up = 2%% unless --warmup)")
+    p.add_argument("--seq-len", type=positive_int, help="tokens per example")
     p.add_argument("--warmup", type=int, help="warm-up steps")
-    p.add_argument("--eval-every", type=_positive, help="steps between dev evaluations")
-    p.add_argument("--eval-batches", type=_positive, help="dev batches per evaluation")
+    p.add_argument("--eval-every", type=positive_int, help="steps between dev evaluations")
+    p.add_argument("--eval-batches", type=positive_int, help="dev batches per evaluation")
     p.add_argument(
         "--doc-mode",
         choices=("blank", "file"),
@@ -157,7 +139,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="documents: blank-line separated or one per file",
     )
     p.add_argument("--dev-fraction", type=float, default=0.05, help="documents held out for MLM/SOP accuracy")
-    p.add_argument("--grad-accum", type=_positive, default=1, help="micro-batches per step")
+    p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per step")
     _common(p)
     p.set_defaults(func=cmd_pretrain)
 
@@ -179,10 +161,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f.add_argument("--from-pretrain", metavar="DIR", help="output folder of `nystrom pretrain`")
     f.add_argument("--model", help="fresh model (no initialisation): bert-small, bert-base or a config .json")
     f.add_argument("--attention", help="nystrom-<landmarks> or softmax (default: the initialisation's)")
-    f.add_argument("--epochs", type=_positive_float, help="passes over the training set (paper: 4)")
-    f.add_argument("--max-length", type=_positive, help="tokens per example (128; IMDB 512)")
-    f.add_argument("--max-train-examples", type=_positive, help="use only the first N training examples")
-    f.add_argument("--max-eval-examples", type=_positive, help="use only the first N of each dev/test split")
+    f.add_argument("--epochs", type=positive_float, help="passes over the training set (paper: 4)")
+    f.add_argument("--max-length", type=positive_int, help="tokens per example (128; IMDB 512)")
+    f.add_argument("--max-train-examples", type=positive_int, help="use only the first N training examples")
+    f.add_argument(
+        "--max-eval-examples", type=positive_int, help="use only the first N of each dev/test split"
+    )
     _common(f)
     f.set_defaults(func=cmd_finetune)
 
