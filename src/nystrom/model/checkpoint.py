@@ -79,6 +79,19 @@ def load_strict(model: nn.Module, state: dict[str, torch.Tensor], *, source: str
         for k in sorted(set(own) & set(state))
         if state[k].shape != own[k].shape
     ]
+    copy_checked(model, state, missing=missing, unexpected=unexpected, shapes=shapes, source=source)
+
+
+def copy_checked(
+    model: nn.Module,
+    tensors: dict[str, torch.Tensor],
+    *,
+    missing: list[str],
+    unexpected: list[str],
+    shapes: list[str],
+    source: str,
+) -> None:
+    """Raise one error listing every key problem, or copy ``tensors`` (model key -> tensor) into ``model``."""
     problems = []
     if missing:
         problems.append(f"missing keys: {_names(missing)}")
@@ -89,8 +102,8 @@ def load_strict(model: nn.Module, state: dict[str, torch.Tensor], *, source: str
     if problems:
         raise CheckpointError(f"{source} does not match {type(model).__name__}: " + "; ".join(problems))
     with torch.no_grad():
-        for k, t in own.items():
-            t.copy_(state[k].to(t.dtype))
+        for k, t in model.state_dict().items():
+            t.copy_(tensors[k].to(t.dtype))
 
 
 def read_json(path: Path) -> dict:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from nystrom.model.checkpoint import CheckpointError, _names, read_json, read_weights
+from nystrom.model.checkpoint import CheckpointError, _names, copy_checked, read_json, read_weights
 from nystrom.model.config import (
     ACTIVATIONS,
     NystromformerConfig,
@@ -135,18 +135,7 @@ def load_bertlike(
         if name.endswith("attention.self.conv.weight") and not bool(state[name].any()):
             continue  # an all-zero conv adds nothing: dropping it is exact (to_hf writes one for no-conv models)
         unexpected.append(name)
-    problems = []
-    if missing:
-        problems.append(f"missing keys: {_names(missing)}")
-    if unexpected:
-        problems.append(f"unexpected keys: {_names(unexpected)}")
-    if shapes:
-        problems.append(f"shape mismatches: {_names(shapes)}")
-    if problems:
-        raise CheckpointError(f"{source} does not match {type(model).__name__}: " + "; ".join(problems))
-    with torch.no_grad():
-        for key, t in own.items():
-            t.copy_(out[key].to(t.dtype))
+    copy_checked(model, out, missing=missing, unexpected=unexpected, shapes=shapes, source=source)
 
 
 # ---------------------------------------------------------------------------------------------- import
