@@ -234,3 +234,57 @@ def test_missing_data_folder_is_a_clear_error(tmp_path, capsys):
         run_lra(LRARun(task="pathfinder", data=tmp_path), progress=False)
     with pytest.raises(MissingDataError, match="basic_val.tsv"):
         run_lra(LRARun(task="listops", data=tmp_path), progress=False)
+
+
+# ---------------------------------------------------------------- trimmed batches, sorted evaluation
+@pytest.mark.parametrize("pool_padding", [False, True])
+def test_trimmed_batches_give_the_same_logits(pool_padding):
+    from nystrom.tasks.lra import collate_single
+
+    torch.manual_seed(0)
+    run = LRARun(task="listops", attention="nystrom-8", max_length=96, pool_padding=pool_padding)
+    model = build_model(run).double().eval()
+    items = []
+    for length, label in ((40, 1), (71, 4), (23, 0)):
+        ids = torch.zeros(96, dtype=torch.int64)
+        ids[:length] = torch.randint(1, 16, (length,))
+        items.append((ids, torch.tensor(label)))
+    full = collate_single(items, padded=True)
+    cut = collate_single(items, padded=True, trim=True)
+    assert cut["input_ids"].shape == (3, 71) and full["input_ids"].shape == (3, 96)
+    same = torch.allclose(model(**cut).logits, model(**full).logits, rtol=0, atol=1e-12)
+    assert same != pool_padding  # why make_task never trims when pooling averages over padding
+
+
+def test_full_evaluation_is_length_sorted_and_order_invariant():
+    from nystrom.training import Task, TrainConfig, evaluate
+    from nystrom.training.loop import _eval_order
+
+    class Lengths(list):
+        lengths = (5, 1, 3, 1)
+
+    assert _eval_order(Lengths([0, 1, 2, 3]), partial=False) == [1, 3, 2, 0]
+    assert _eval_order(Lengths([0, 1, 2, 3]), partial=True) == [0, 1, 2, 3]
+    assert _eval_order([0, 1, 2, 3], partial=False) == [0, 1, 2, 3]
+
+    torch.manual_seed(0)
+    xs = [(torch.randn(3), torch.tensor(i % 2)) for i in range(7)]
+    model = torch.nn.Linear(3, 2)
+
+    def step(m, batch):
+        logits = m(batch["x"])
+        loss = torch.nn.functional.cross_entropy(logits, batch["y"])
+        return loss, {"accuracy": (float((logits.argmax(-1) == batch["y"]).sum()), len(batch["y"]))}
+
+    def collate(items):
+        return {"x": torch.stack([i[0] for i in items]), "y": torch.stack([i[1] for i in items])}
+
+    class Sorted(list):
+        lengths = (7, 1, 6, 2, 5, 3, 4)
+
+    cfg = TrainConfig(steps=1, batch_size=2, lr=1e-3, warmup=0)
+    task = Task(model=model, train=xs, collate=collate, step=step)
+    plain, ordered = evaluate(task, model, xs, cfg), evaluate(task, model, Sorted(xs), cfg)
+    assert plain.keys() == ordered.keys() == {"accuracy", "loss"}
+    assert plain["accuracy"] == ordered["accuracy"]
+    assert abs(plain["loss"] - ordered["loss"]) < 1e-6

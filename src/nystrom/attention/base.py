@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 from nystrom.functional.checks import check_key_padding_mask
+from nystrom.functional.conv import depthwise_seq_conv
+from nystrom.functional.dropout import Dropout
 
 
 class AttentionBase(nn.Module):
@@ -52,7 +54,7 @@ class AttentionBase(nn.Module):
         inner = heads * dim_head
         self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)  # one GEMM for q, k and v
         self.out = nn.Linear(inner, dim)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.conv_kernel_size = conv_kernel_size
         self.conv: nn.Conv2d | None = None
         if conv_kernel_size is not None:
@@ -96,7 +98,7 @@ class AttentionBase(nn.Module):
         if self.conv is not None:
             if key_padding_mask is not None:  # padding must not leak into real tokens through the conv
                 v = v.masked_fill(~key_padding_mask[:, None, :, None], 0)
-            o = o + self.conv(v)  # (b, h, n, d)
+            o = o + depthwise_seq_conv(v, self.conv.weight)  # (b, h, n, d); = self.conv(v), faster
         return o.transpose(1, 2).flatten(2)  # (b, n, h*d); a view when core wrote a (b, n, h, d) buffer
 
     def extra_repr(self) -> str:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nystrom.functional.dropout import Dropout
 from nystrom.model.config import NystromformerConfig
 
 
@@ -84,7 +85,7 @@ class Embeddings(nn.Module):
             nn.Embedding(config.type_vocab_size, e) if config.type_vocab_size else None
         )
         self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps) if config.embedding_norm else None
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         b, n = input_ids.shape
@@ -120,8 +121,8 @@ class FeedForward(nn.Module):
         self.act = config.hidden_act
         self.dense_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.dense_out = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.inner_dropout = nn.Dropout(config.activation_dropout)
-        self.dropout = nn.Dropout(config.dropout)
+        self.inner_dropout = Dropout(config.activation_dropout)
+        self.dropout = Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden = self.inner_dropout(activation(self.act, self.dense_in(x)))  # (b, n, f)

@@ -217,13 +217,23 @@ def load_splits(run: LRARun, out: Path) -> dict[str, Dataset]:
 
 
 def collate_single(
-    items: list[tuple[torch.Tensor, torch.Tensor]], *, padded: bool
+    items: list[tuple[torch.Tensor, torch.Tensor]], *, padded: bool, trim: bool = False
 ) -> dict[str, torch.Tensor]:
-    """Items ``(ids (L,), label ())`` -> ``input_ids`` (b, L), ``attention_mask`` (b, L) or none, ``labels`` (b,)."""
+    """Items ``(ids (L,), label ())`` -> ``input_ids`` (b, L'), ``attention_mask`` (b, L') or none, ``labels`` (b,).
+
+    ``trim`` cuts the columns after the batch's longest real sequence (L' ≤ L). The model's outputs are
+    unchanged by it (padding is masked out of attention, landmarks, conv and pooling exactly), so it is
+    only a speed-up; it must stay off when pooling averages over padding (``--pool-padding``).
+    """
     ids = torch.stack([i[0] for i in items])  # (b, L)
     batch = {"input_ids": ids, "labels": torch.stack([i[1] for i in items])}
     if padded:
-        batch["attention_mask"] = ids != PAD_ID  # (b, L) True = real token
+        mask = ids != PAD_ID  # (b, L) True = real token
+        if trim:
+            keep = int(mask.any(0).nonzero().max()) + 1 if bool(mask.any()) else 1
+            ids, mask = ids[:, :keep], mask[:, :keep]
+            batch["input_ids"] = ids
+        batch["attention_mask"] = mask
     return batch
 
 
@@ -256,10 +266,10 @@ def make_task(run: LRARun, out: Path) -> Task:
     if spec.dual:
         collate = collate_pair
     else:
-        padded = spec.padded
+        padded, trim = spec.padded, spec.padded and not run.pool_padding
 
         def collate(items: list) -> dict[str, torch.Tensor]:
-            return collate_single(items, padded=padded)
+            return collate_single(items, padded=padded, trim=trim)
 
     name = f"lra-{run.task}-{attention_label(model.config.attention)}"
     return Task(

@@ -85,6 +85,19 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _eval_order(data: Sequence, *, partial: bool) -> list[int]:
+    """Example order of an evaluation: by length when the set exposes ``lengths`` and is evaluated whole.
+
+    Metrics are sums over examples, so the order changes nothing but speed: batches of similar lengths
+    carry little padding once a collate trims it (LRA ListOps dev: ≈ 2× faster). A partial evaluation
+    keeps the natural order so that it always sees the same first examples.
+    """
+    lengths = getattr(data, "lengths", None)
+    if partial or lengths is None:
+        return list(range(len(data)))
+    return sorted(range(len(data)), key=lambda i: (int(lengths[i]), i))
+
+
 def evaluate(
     task: Task,
     model: nn.Module,
@@ -100,12 +113,13 @@ def evaluate(
     n_batches = math.ceil(len(data) / bs)
     if cfg.eval_batches is not None and not full:
         n_batches = min(n_batches, cfg.eval_batches)
+    order = _eval_order(data, partial=n_batches * bs < len(data))
     sums: dict[str, list[float]] = {}
     was_training = model.training
     model.eval()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
         for bi in range(rank, n_batches, world):
-            batch = task.collate([data[i] for i in range(bi * bs, min((bi + 1) * bs, len(data)))])
+            batch = task.collate([data[i] for i in order[bi * bs : (bi + 1) * bs]])
             loss, metrics = task.step(model, batch)
             count = len(next(iter(batch.values())))
             for k, (s, c) in {"loss": (float(loss) * count, count), **metrics}.items():

@@ -75,6 +75,11 @@ class SequenceDataset(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return _padded(self.tokens[i], self.max_length), torch.tensor(int(self.labels[i]))
 
+    @property
+    def lengths(self) -> np.ndarray:
+        """(N,) real length of each item; the training loop batches full evaluations by it."""
+        return self.tokens.lengths
+
     def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All items at once: ``(inputs (N, L) int64, labels (N,) int64)``; for small sets and tests."""
         inputs = torch.zeros((len(self), self.max_length), dtype=torch.int64)  # (N, L)

@@ -1,0 +1,72 @@
+"""The banded-GEMM depthwise conv, the fast dropout, trimmed LRA batches and length-sorted evaluation.
+
+Legend: b batch, h heads, n tokens, d head dim, K kernel length.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+from nystrom.functional.conv import depthwise_seq_conv
+from nystrom.functional.dropout import Dropout, dropout
+
+
+@pytest.mark.parametrize(
+    ("b", "h", "n", "d", "k", "c"),
+    [(2, 3, 37, 5, 7, 4), (1, 2, 5, 3, 9, 4), (2, 2, 64, 4, 35, 64), (1, 1, 3, 2, 1, 2), (1, 2, 130, 3, 33, 64)],
+)
+def test_conv_equals_depthwise_conv2d_values_and_gradients(b, h, n, d, k, c):
+    torch.manual_seed(0)
+    x = torch.randn(b, h, n, d, dtype=torch.float64, requires_grad=True)
+    ref = nn.Conv2d(h, h, (k, 1), padding=(k // 2, 0), groups=h, bias=False).double()
+    w = ref.weight.detach().clone().requires_grad_()  # (h, 1, K, 1)
+    y, yr = depthwise_seq_conv(x, w, block_rows=c), ref(x)
+    assert y.shape == (b, h, n, d)
+    torch.testing.assert_close(y, yr, rtol=0, atol=1e-12)
+    g = torch.randn_like(y)
+    gx, gw = torch.autograd.grad((y * g).sum(), (x, w))
+    rx, rw = torch.autograd.grad((yr * g).sum(), (x, ref.weight))
+    torch.testing.assert_close(gx, rx, rtol=0, atol=1e-12)
+    torch.testing.assert_close(gw, rw, rtol=0, atol=1e-11)
+
+
+def test_conv_gradcheck_and_strided_input():
+    torch.manual_seed(1)
+    x = torch.randn(2, 7, 3, 2, dtype=torch.float64).permute(0, 2, 1, 3).requires_grad_()  # (2, 3, 7, 2) view
+    w = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, ww: depthwise_seq_conv(a, ww, block_rows=4), (x, w))
+
+
+def test_conv_half_precision_and_bad_weights():
+    torch.manual_seed(2)
+    x = torch.randn(1, 2, 50, 8)
+    w = torch.randn(2, 1, 9, 1)
+    ref = depthwise_seq_conv(x.double(), w.double())
+    out = depthwise_seq_conv(x.bfloat16(), w)
+    assert out.dtype == torch.bfloat16
+    assert (out.double() - ref).norm() / ref.norm() < 2e-2
+    with pytest.raises(ValueError, match="K odd"):
+        depthwise_seq_conv(x, torch.randn(2, 4))
+    with pytest.raises(ValueError, match="heads=2"):
+        depthwise_seq_conv(x, torch.randn(3, 5))
+
+
+def test_dropout_keep_rate_scale_and_gradient():
+    torch.manual_seed(3)
+    x = torch.ones(400, 1000, requires_grad=True)
+    y = dropout(x, 0.1, True)
+    kept = y != 0
+    assert abs(kept.double().mean().item() - 0.9) < 3e-3  # 4e5 draws: sd ≈ 5e-4
+    torch.testing.assert_close(y[kept], torch.full_like(y[kept], 1 / 0.9))
+    (g,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(g, y.detach())  # the gradient uses the same mask and scale
+    torch.manual_seed(3)
+    torch.testing.assert_close(dropout(x, 0.1, True), y)  # seeded: reproducible
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+    assert not bool(dropout(x, 1.0, True).any())
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        dropout(x, 1.5, True)
+    with pytest.raises(ValueError, match="inplace"):
+        Dropout(0.1, inplace=True)
+    mod = Dropout(0.25).eval()
+    assert mod(x) is x and isinstance(mod, nn.Dropout)
