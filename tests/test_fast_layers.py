@@ -70,3 +70,30 @@ def test_dropout_keep_rate_scale_and_gradient():
         Dropout(0.1, inplace=True)
     mod = Dropout(0.25).eval()
     assert mod(x) is x and isinstance(mod, nn.Dropout)
+
+
+def test_large_buffers_are_hinted_to_huge_pages():
+    import sys
+
+    from nystrom.functional.memory import HUGE_MIN_BYTES, empty
+
+    like = torch.zeros(1, dtype=torch.float64)
+    small = empty(3, 4, like=like)
+    assert small.shape == (3, 4) and small.dtype == torch.float64
+    big = empty(HUGE_MIN_BYTES // 4 + 1024, like=torch.zeros(1))
+    assert big.shape == (HUGE_MIN_BYTES // 4 + 1024,) and big.dtype == torch.float32
+    if not sys.platform.startswith("linux"):
+        return
+    ptr = big.data_ptr() + big.nbytes // 2
+    flags = None
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= ptr < hi
+            elif inside and head == "VmFlags:":
+                flags = line.split()[1:]
+                break
+    assert flags is not None and "hg" in flags  # MADV_HUGEPAGE recorded on the buffer's mapping

@@ -16,6 +16,7 @@ from torch import nn
 from nystrom.functional.checks import check_key_padding_mask
 from nystrom.functional.conv import depthwise_seq_conv
 from nystrom.functional.dropout import Dropout
+from nystrom.functional.memory import empty
 
 
 class AttentionBase(nn.Module):
@@ -121,7 +122,7 @@ class _SplitHeads(torch.autograd.Function):
         b, n, e3 = ctx.shape
         ref = next(g for g in (dq, dk, dv) if g is not None)
         h, d = ref.shape[1], ref.shape[3]
-        grad = ref.new_empty(b, n, 3, h, d)
+        grad = empty(b, n, 3, h, d, like=ref)
         for i, g in enumerate((dq, dk, dv)):
             if g is None:
                 grad[:, :, i].zero_()
