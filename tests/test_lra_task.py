@@ -239,7 +239,7 @@ def test_missing_data_folder_is_a_clear_error(tmp_path, capsys):
 # ---------------------------------------------------------------- trimmed batches, sorted evaluation
 @pytest.mark.parametrize("pool_padding", [False, True])
 def test_trimmed_batches_give_the_same_logits(pool_padding):
-    from nystrom.tasks.lra import collate_single
+    from nystrom.data.lra.collate import collate_single
 
     torch.manual_seed(0)
     run = LRARun(task="listops", attention="nystrom-8", max_length=96, pool_padding=pool_padding)
