@@ -225,3 +225,35 @@ def test_native_checkpoint_round_trip(tmp_path):
     (tmp_path / "ck" / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match=r"missing keys: .*lm_head.*unexpected keys: classifier"):
         load_checkpoint(tmp_path / "ck")
+
+
+def test_linear_init_follows_the_official_lra_code():
+    from nystrom.model import NystromformerConfig, NystromformerForSequenceClassification
+
+    torch.manual_seed(0)
+    lra = NystromformerForSequenceClassification(NystromformerConfig.preset("lra", vocab_size=20))
+    qkv = lra.nystromformer.encoder.layers[0].attention.qkv.weight.detach()  # PyTorch default: U(±1/√64)
+    assert float(qkv.abs().max()) <= 1 / 8 and 0.06 < float(qkv.std()) < 0.08
+    emb = lra.nystromformer.embeddings.word_embeddings.weight.detach()[1:]  # N(0, 0.02) as the official code
+    assert 0.015 < float(emb.std()) < 0.025
+    bert = NystromformerForSequenceClassification(
+        NystromformerConfig.preset("lra", vocab_size=20, linear_init="normal")
+    )
+    w = bert.nystromformer.encoder.layers[0].attention.qkv.weight.detach()
+    assert 0.015 < float(w.std()) < 0.025 and not bool(bert.nystromformer.encoder.layers[0].attention.qkv.bias.any())
+    with pytest.raises(ValueError, match="linear_init"):
+        NystromformerConfig.preset("lra", linear_init="xavier")
+
+
+def test_configs_saved_before_linear_init_load_with_the_old_behaviour(tmp_path):
+    from nystrom.model import NystromformerConfig
+
+    data = NystromformerConfig.preset("lra").to_dict()
+    del data["linear_init"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    assert NystromformerConfig.load(path).linear_init == "normal"
+    data["bogus"] = 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="bogus"):
+        NystromformerConfig.load(path)

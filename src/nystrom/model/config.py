@@ -20,6 +20,7 @@ from typing import Any
 ACTIVATIONS = ("gelu", "gelu_new", "relu")
 NORM_POSITIONS = ("post", "pre")
 POOLINGS = ("cls", "mean", "mean_with_padding", "pooler")
+LINEAR_INITS = ("normal", "torch")
 # set by the model from the config, never by the attention options
 _MANAGED_ATTENTION_ARGS = ("dim", "heads", "dim_head", "qkv_bias", "dropout")
 
@@ -97,6 +98,9 @@ class NystromformerConfig:
     pooling: str = "cls"  # "cls", "mean" (real tokens), "mean_with_padding" (official LRA), "pooler"
     classifier_hidden: int = 768  # classifier is Linear(e or 4e -> classifier_hidden)-ReLU-Linear(-> labels)
     initializer_range: float = 0.02
+    # "normal": N(0, initializer_range) for Linear weights too (BERT, HF); "torch": PyTorch's default
+    # Linear init (uniform ±1/√fan_in), as the official LRA code, whose Linears are left at their default
+    linear_init: str = "normal"
 
     def __post_init__(self) -> None:
         self.attention = normalize_attention(self.attention)
@@ -128,6 +132,7 @@ class NystromformerConfig:
             ("hidden_act", ACTIVATIONS),
             ("norm_position", NORM_POSITIONS),
             ("pooling", POOLINGS),
+            ("linear_init", LINEAR_INITS),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"config.{name} must be one of {choices}, got {getattr(self, name)!r}")
@@ -180,6 +185,7 @@ class NystromformerConfig:
         if not isinstance(data, dict):
             raise TypeError(f"{source}: expected a JSON object, got {type(data).__name__}")
         names = [f.name for f in dataclasses.fields(cls)]
+        data = {**ADDED_FIELDS, **data}  # files written before a field existed keep its old behaviour
         unknown = sorted(set(data) - set(names))
         missing = [n for n in names if n not in data]
         if unknown or missing:
@@ -198,6 +204,9 @@ class NystromformerConfig:
             raise ValueError(f"{path}: not valid JSON (line {err.lineno}: {err.msg})") from err
         return cls.from_dict(data, source=str(path))
 
+
+#: fields added after configs were first saved, with the value that reproduces the older behaviour
+ADDED_FIELDS: dict[str, Any] = {"linear_init": "normal"}
 
 _BERT_COMMON: dict[str, Any] = {
     "vocab_size": 30000,  # ALBERT SentencePiece vocabulary, as the released HF checkpoints
@@ -236,6 +245,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pooler": False,
         "pooling": "mean",
         "classifier_hidden": 128,
+        "linear_init": "torch",
     },
     "bert-small": {
         **_BERT_COMMON,

@@ -204,10 +204,12 @@ class NystromformerPreTrainedModel(nn.Module):
         return self if isinstance(self, NystromformerModel) else self.nystromformer
 
     def init_weights(self) -> None:
-        """N(0, initializer_range) for Linear/Embedding weights, zero biases, unit LayerNorms."""
+        """N(0, initializer_range) for Embedding (and, with ``linear_init="normal"``, Linear) weights, zero
+        biases, unit LayerNorms; ``linear_init="torch"`` leaves Linears at PyTorch's default init."""
         std = self.config.initializer_range
+        linears = nn.Linear if self.config.linear_init == "normal" else ()
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
+            if isinstance(module, (linears, nn.Embedding)):
                 nn.init.normal_(module.weight, std=std)
                 if isinstance(module, nn.Linear) and module.bias is not None:
                     nn.init.zeros_(module.bias)

@@ -69,6 +69,7 @@ class LRARun:
     lr: float | None = None
     max_length: int | None = None
     eval_batches: int | None = None
+    eval_every: int | None = None
     seed: int = 0
     bf16: bool = False
     pool_padding: bool = False
@@ -109,7 +110,7 @@ def train_config(run: LRARun) -> TrainConfig:
         eps=1e-6,
         clip=s.clip,
         bf16=run.bf16,
-        eval_every=min(s.eval_every, steps),
+        eval_every=min(run.eval_every or s.eval_every, steps),
         eval_batches=run.eval_batches,
         log_every=max(1, min(10, steps // 10)),
         seed=run.seed,

@@ -58,6 +58,7 @@ def run_from_args(args: argparse.Namespace):
         lr=args.lr,
         max_length=args.max_length,
         eval_batches=args.eval_batches,
+        eval_every=args.eval_every,
         seed=args.seed,
         bf16=args.bf16,
         pool_padding=args.pool_padding,
@@ -114,6 +115,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--eval-batches", type=positive_int, help="bound each dev evaluation (test is always full)"
+    )
+    p.add_argument(
+        "--eval-every", type=positive_int, help="steps between dev evaluations (default: the preset's)"
     )
     p.add_argument("--seed", type=int, default=0, help="initialisation and example order (default 0)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
