@@ -58,16 +58,17 @@ def plot_curves(metrics_path: Path, png_path: Path, *, title: str = "") -> Path:
     recs = read_metrics(metrics_path)
     train = [r for r in recs if r["split"] == "train"]
     dev = [r for r in recs if r["split"] == "dev"]
-    keys = sorted(
-        {k for r in dev for k, v in r.items() if isinstance(v, (int, float)) and k not in ("step", "time")}
+    keys = sorted(  # dev metrics other than the loss, which shares the first panel
+        {k for r in dev for k, v in r.items() if isinstance(v, (int, float)) and k not in ("step", "time", "loss")}
     )
-    fig, axes = plt.subplots(1, 1 + max(1, len(keys)), figsize=(5 * (1 + max(1, len(keys))), 3.6))
+    panels = 1 + max(1, len(keys))
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 3.6))
     axes[0].plot([r["step"] for r in train], [r["loss"] for r in train], lw=1, label="train")
     if dev and "loss" in dev[0]:
         axes[0].plot([r["step"] for r in dev], [r["loss"] for r in dev], "o-", ms=3, label="dev")
     axes[0].set(xlabel="step", ylabel="loss", title="loss")
     axes[0].legend()
-    for ax, k in zip(axes[1:], [k for k in keys if k != "loss"] or ["-"]):
+    for ax, k in zip(axes[1:], keys or ["-"]):
         pts = [(r["step"], r[k]) for r in dev if k in r]
         if pts:
             ax.plot(*zip(*pts), "o-", ms=3)
