@@ -23,12 +23,17 @@ import torch.nn.functional as F
 BLOCK_ROWS = 64  # c: measured best of 32/64/128 for K = 35 on the 2-core VM
 
 
+def _band(t: torch.Tensor, k: int) -> torch.Tensor:
+    """(h, c, W) contiguous -> its (h, c, K) band view ``band[:, r, j] = t[:, r, r + j]``."""
+    h, c, width = t.shape
+    return t.as_strided((h, c, k), (c * width, width + 1, 1))
+
+
 def _toeplitz(w: torch.Tensor, c: int) -> torch.Tensor:
     """(h, K) kernel -> (h, c, W) banded matrix with ``T[:, r, r + j] = w[:, j]``."""
     h, k = w.shape
-    width = c + k - 1
-    t = w.new_zeros(h, c, width)
-    t.as_strided((h, c, k), (c * width, width + 1, 1)).copy_(w[:, None, :].expand(h, c, k))
+    t = w.new_zeros(h, c, c + k - 1)
+    _band(t, k).copy_(w[:, None, :].expand(h, c, k))
     return t
 
 
@@ -45,7 +50,7 @@ def _windows(x: torch.Tensor, k: int, c: int) -> torch.Tensor:
 
 
 def _conv(x: torch.Tensor, w: torch.Tensor, c: int) -> torch.Tensor:
-    """The forward product: x (b, h, n, d), w (h, K) -> (b, h, n, d) contiguous."""
+    """The forward product: x (b, h, n, d), w (h, K) -> (b, h, n, d)."""
     b, h, n, d = x.shape
     nb = -(-n // c)
     y = torch.matmul(_toeplitz(w, c), _windows(x, w.shape[1], c))  # (b, h, c, nb·d)
@@ -75,8 +80,7 @@ class _SeqConv(torch.autograd.Function):
             gop = F.pad(go, (0, 0, 0, nb * c - n))  # (b, h, nb·c, d)
             g = gop.view(b, h, nb, c, d).transpose(2, 3).reshape(b, h, c, nb * d)  # (b, h, c, nb·d)
             dt = torch.matmul(g, _windows(x, k, c).mT).sum(0)  # (h, c, W) = Σ_b ∂Y Xᵀ
-            width = c + k - 1
-            dw = dt.as_strided((h, c, k), (c * width, width + 1, 1)).sum(1)  # (h, K): diagonal sums
+            dw = _band(dt, k).sum(1)  # (h, K): diagonal sums
         return dx, dw, None
 
 
@@ -89,7 +93,7 @@ def depthwise_seq_conv(x: torch.Tensor, weight: torch.Tensor, *, block_rows: int
         block_rows: c, rows per GEMM block (performance only).
 
     Returns:
-        (b, h, n, d) contiguous, in ``x``'s dtype (the weight is cast to it; autocast does not apply).
+        (b, h, n, d) in ``x``'s dtype (the weight is cast to it; autocast does not apply).
     """
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
