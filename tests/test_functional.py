@@ -112,6 +112,7 @@ def kernel_path(request, monkeypatch):
 
 def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch, kernel_path):
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 16)  # several chunks, a ragged last one
+    monkeypatch.setattr(kernels, "FWD_CHUNK_ROWS", 16)
     monkeypatch.setattr(kernels, "CHUNK_KEYS", 8)
     monkeypatch.setattr(kernels, "FWD_CHUNK_KEYS", 8)
     monkeypatch.setattr(kernels, "KEY_SPLITS", 2)
@@ -180,6 +181,7 @@ def test_gradcheck_fused_path(kernel_path):
 
 def test_gradcheck_short_key_kernel(monkeypatch, kernel_path):
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(kernels, "FWD_CHUNK_ROWS", 4)
     q = torch.randn(2, 2, 10, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 2, 4, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 2, 4, 5, dtype=torch.float64, requires_grad=True)
