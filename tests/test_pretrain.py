@@ -98,13 +98,13 @@ def test_resume_with_other_options_is_refused(setup, tmp_path):
         run_pretrain(PretrainRun(**{**run.__dict__, "attention": "softmax"}), progress=False)
 
 
-def test_ddp_two_processes_equals_one_process(setup, tmp_path):
+def test_ddp_two_processes_equals_one_process(setup, tmp_path, free_port):
     one, two = tmp_path / "one", tmp_path / "two"
     # batch 4: the 5 dev examples make 2 evaluation batches, one per process
     extra = ("--steps", "4", "--lr", "1e-3", "--eval-every", "2", "--batch-size", "4")
     cmd = [sys.executable, "-m", "nystrom.tasks.text_commands"]
     subprocess.run([*cmd, *_args(setup, one, *extra)], check=True, env=ENV, capture_output=True)
-    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29541", "-m"]
+    ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port}", "-m"]
     proc = subprocess.run(
         [*ddp, "nystrom.tasks.text_commands", *_args(setup, two, *extra)],
         env=ENV,

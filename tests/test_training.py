@@ -61,7 +61,7 @@ def test_kill9_then_same_command_resumes_to_identical_weights(tmp_path):
     assert steps == list(range(1, 13))  # the killed run's step-7 line was dropped on resume
 
 
-def test_ddp_two_processes_equals_one_process(tmp_path):
+def test_ddp_two_processes_equals_one_process(tmp_path, free_port):
     # Dropout off: ranks draw different dropout masks by design, everything else must agree.
     one, two = tmp_path / "one", tmp_path / "two"
     subprocess.run([sys.executable, TOY, str(one), "--no-dropout"], check=True, env=ENV, capture_output=True)
@@ -70,7 +70,7 @@ def test_ddp_two_processes_equals_one_process(tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        "--master_port=29533",
+        f"--master_port={free_port}",
         TOY,
         str(two),
     ]
