@@ -112,10 +112,8 @@ def kernel_path(request, monkeypatch):
 
 def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch, kernel_path):
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 16)  # several chunks, a ragged last one
-    monkeypatch.setattr(kernels, "FWD_CHUNK_ROWS", 16)
     monkeypatch.setattr(kernels, "CHUNK_KEYS", 8)
-    monkeypatch.setattr(kernels, "FWD_CHUNK_KEYS", 8)
-    monkeypatch.setattr(kernels, "KEY_SPLITS", 2)
+    monkeypatch.setattr(kernels, "SPLITS", 2)
     q, k, v = qkv(n=50, dtype=torch.float32)
     mask = right_pad_mask([50, 31], 50)
     a = nystrom_attention(q, k, v, num_landmarks=8, key_padding_mask=mask)
@@ -179,9 +177,10 @@ def test_gradcheck_fused_path(kernel_path):
     assert torch.autograd.gradcheck(f, (q, k, v))
 
 
-def test_gradcheck_short_key_kernel(monkeypatch, kernel_path):
-    monkeypatch.setattr(kernels, "CHUNK_ROWS", 4)
-    monkeypatch.setattr(kernels, "FWD_CHUNK_ROWS", 4)
+@pytest.mark.parametrize("splits", [1, 2])
+def test_gradcheck_short_key_kernel(monkeypatch, kernel_path, splits):
+    monkeypatch.setattr(kernels, "CHUNK_ROWS", 4)  # row ranges of 5 (splits=2): chunks of 4 and 1
+    monkeypatch.setattr(kernels, "SPLITS", splits)
     q = torch.randn(2, 2, 10, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 2, 4, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 2, 4, 5, dtype=torch.float64, requires_grad=True)
@@ -194,10 +193,7 @@ def test_gradcheck_short_key_kernel(monkeypatch, kernel_path):
 @pytest.mark.parametrize("splits", [1, 3])
 def test_gradcheck_long_key_kernel(monkeypatch, kernel_path, splits):
     monkeypatch.setattr(kernels, "CHUNK_KEYS", 4)  # several chunks, a fully padded one, a ragged last one
-    monkeypatch.setattr(kernels, "FWD_CHUNK_KEYS", 4)
-    monkeypatch.setattr(
-        kernels, "KEY_SPLITS", splits
-    )  # 3: key ranges of 5, the last one all padding in row 1
+    monkeypatch.setattr(kernels, "SPLITS", splits)  # 3: key ranges of 5, the last all padding in row 1
     q = torch.randn(2, 2, 3, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 2, 13, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 2, 13, 5, dtype=torch.float64, requires_grad=True)

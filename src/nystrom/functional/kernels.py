@@ -10,11 +10,11 @@ each chunk's probabilities from the inputs (nothing (n, m) is saved).
 with an online softmax (running max and sum, as in flash attention); the backward recomputes each
 chunk from the saved log-sum-exp.
 
-The short-key kernel works on (sample, block of rows) items, the long-key forward on (sample, key
-range) items (split-K, merged by their log-sum-exp), the backwards per (sample, head); each item runs on
-cache-sized chunks with one thread (see ``parallel.py``), reads q/k/v through their strides (head views
-of a fused projection need no copy) and writes results into heads-interleaved buffers, so no (n, m) or
-(m, n) matrix is ever alive, forward or backward.
+Work items are (sample, range of rows) for the short-key kernel and (sample, range of keys) for the
+long-key kernel (split-K, merged by their log-sum-exp), forward and backward. Each item runs on one
+thread (see ``parallel.py``) and steps through its range in cache-sized chunks with all heads batched,
+reads q/k/v through their strides (head views of a fused projection need no copy) and writes results
+into heads-interleaved buffers, so no (n, m) or (m, n) matrix is ever alive, forward or backward.
 Masked keys get probability exactly 0 via ``masked_fill`` (so any finite garbage at padding is inert).
 On other devices, and below ``*_MIN_N`` tokens on CPU, the same maths runs through the fused
 ``scaled_dot_product_attention`` (flash attention: O(n) memory too, and faster for short sequences).
@@ -29,11 +29,9 @@ from nystrom.functional.memory import empty
 from nystrom.functional.parallel import parallel_for
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
-CHUNK_ROWS = 4096  # query rows per chunk in short_key_attention's backward (c·m floats stay in L2)
-FWD_CHUNK_ROWS = 1024  # query rows per item in its forward (all heads at once: h·c·m floats)
-CHUNK_KEYS = 4096  # keys per chunk in long_key_attention's backward (one head at a time)
-FWD_CHUNK_KEYS = 1024  # keys per chunk in its forward (all heads at once: h·c·(m + 2d) floats in cache)
-KEY_SPLITS: int | None = None  # key ranges per sample in its forward; None = enough to feed every thread
+CHUNK_ROWS = 1024  # query rows per step in short_key_attention, all heads at once (h·c·m floats)
+CHUNK_KEYS = 1024  # keys per step in long_key_attention, all heads at once (h·c·(m + 2d) floats)
+SPLITS: int | None = None  # row/key ranges per sample (one work item each); None = enough for every thread
 # Below these lengths the per-head Python loop costs more than it saves and the batched fused SDPA kernel
 # (also O(n) memory: flash attention on CPU) is faster; measured on this 2-core VM, b·h = 8 and 64.
 SHORT_MIN_N = 16384
@@ -53,9 +51,9 @@ def _softmax2_(s: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     return s.div_(s.sum(-1, keepdim=True))
 
 
-def _short_probs(qc, kt, valid, buf):
-    """softmax over m keys of one chunk: qc (c, d), kt (d, m) pre-scaled by scale·log2(e) -> (c, m) in buf."""
-    return _softmax2_(torch.mm(qc, kt, out=buf[: qc.shape[0]]), valid)  # (c, m)
+def _splits(b: int) -> int:
+    """Ranges (of rows or keys) per sample: enough (sample, range) work items to feed every thread."""
+    return max(1, -(-torch.get_num_threads() // b)) if SPLITS is None else SPLITS
 
 
 class _ShortKeyAttention(torch.autograd.Function):
@@ -65,14 +63,14 @@ class _ShortKeyAttention(torch.autograd.Function):
         out = empty(b, n, h, v.shape[-1], like=q)  # heads interleaved: the caller's head merge is a view
         kt = (k * (scale * LOG2E)).mT.contiguous()  # (b, h, d, m) base-2 scores
 
-        blocks = -(-n // FWD_CHUNK_ROWS)
+        blocks = -(-n // CHUNK_ROWS)
 
         # Items are row blocks with all heads batched (one bmm per step, not one mm per head; measured
         # 88 → 80 ms at n = 65536), so the two workers also first-touch disjoint pages of the fresh
         # output: on this VM page faults cost as much as the GEMMs.
         def item(t: int) -> None:
             i, blk = divmod(t, blocks)
-            rows = slice(blk * FWD_CHUNK_ROWS, (blk + 1) * FWD_CHUNK_ROWS)
+            rows = slice(blk * CHUNK_ROWS, (blk + 1) * CHUNK_ROWS)
             p = _softmax2_(torch.bmm(q[i, :, rows], kt[i]), None if valid is None else valid[i])  # (h, c, m)
             torch.bmm(p, v[i], out=out[i, rows].transpose(0, 1))  # (h, c, dv) into the interleaved output
 
@@ -91,28 +89,29 @@ class _ShortKeyAttention(torch.autograd.Function):
         need_q, need_k, need_v = ctx.needs_input_grad[:3]
         kt = (k * (s * LOG2E)).mT.contiguous()  # (b, h, d, m) base-2 scores, as in the forward
         ks = k * s  # (b, h, m, d) natural units: ∂(q·k s)/∂q
+        r_ = _splits(b)
+        span = -(-n // r_)
         dq = empty(b, n, h, d, like=q)
-        dk = torch.zeros(b, h, m, d, dtype=k.dtype, device=k.device)
-        dv = torch.zeros(b, h, m, v.shape[-1], dtype=v.dtype, device=v.device)
+        dk = q.new_zeros(b, r_, h, m, d)  # per row range, summed below
+        dv = q.new_zeros(b, r_, h, m, v.shape[-1])
 
+        # Row ranges with all heads batched, as in the forward: dq rows are disjoint per item.
         def item(t: int) -> None:
-            i, j = divmod(t, h)
-            buf = q.new_empty(min(CHUNK_ROWS, n), m)
-            dp = q.new_empty(min(CHUNK_ROWS, n), m)
+            i, r = divmod(t, r_)
             vi = None if valid is None else valid[i]
-            for s0 in range(0, n, CHUNK_ROWS):
-                qc, go = (
-                    q[i, j, s0 : s0 + CHUNK_ROWS],
-                    grad_out[i, j, s0 : s0 + CHUNK_ROWS],
-                )  # (c, d), (c, dv)
-                p = _short_probs(qc, kt[i, j], vi, buf)  # (c, m) recomputed
-                dv[i, j].addmm_(p.mT, go)  # (m, dv) += pᵀ dO
-                ds = torch.mm(go, v[i, j].mT, out=dp[: qc.shape[0]])  # (c, m) dP = dO vᵀ
+            stop = min(n, (r + 1) * span)
+            for s0 in range(r * span, stop, CHUNK_ROWS):
+                rows = slice(s0, min(s0 + CHUNK_ROWS, stop))
+                qc, go = q[i, :, rows], grad_out[i, :, rows]  # (h, c, d), (h, c, dv)
+                p = _softmax2_(torch.bmm(qc, kt[i]), vi)  # (h, c, m) recomputed
+                dv[i, r].baddbmm_(p.mT, go)  # (h, m, dv) += pᵀ dO
+                ds = torch.bmm(go, v[i].mT)  # (h, c, m) dP = dO vᵀ
                 ds.sub_((ds * p).sum(-1, keepdim=True)).mul_(p)  # dS = P ∘ (dP − rowsum(P ∘ dP))
-                torch.mm(ds, ks[i, j], out=dq[i, s0 : s0 + CHUNK_ROWS, j])  # (c, d)
-                dk[i, j].addmm_(ds.mT, qc, alpha=s)  # (m, d)
+                torch.bmm(ds, ks[i], out=dq[i, rows].transpose(0, 1))  # (h, c, d)
+                dk[i, r].baddbmm_(ds.mT, qc, alpha=s)  # (h, m, d)
 
-        parallel_for(item, range(b * h), device=q.device)
+        parallel_for(item, range(b * r_), device=q.device)
+        dk, dv = dk.sum(1), dv.sum(1)
         return (
             dq.permute(0, 2, 1, 3) if need_q else None,
             dk if need_k else None,
@@ -120,11 +119,6 @@ class _ShortKeyAttention(torch.autograd.Function):
             None,
             None,
         )
-
-
-def _key_splits(b: int) -> int:
-    """Key ranges per sample for the long-key forward: enough (sample, range) items to feed every worker."""
-    return max(1, -(-torch.get_num_threads() // b)) if KEY_SPLITS is None else KEY_SPLITS
 
 
 class _LongKeyAttention(torch.autograd.Function):
@@ -139,7 +133,7 @@ class _LongKeyAttention(torch.autograd.Function):
         # token-major slab of k and v (every head of the same rows, not one head's 1/h of each row),
         # with one batched op per step instead of one per head. Measured 86 -> 78 ms at n = 65536
         # on head views of a fused projection. Each range keeps its own running max/sum; merged below.
-        r_ = _key_splits(b)
+        r_ = _splits(b)
         acc = q.new_zeros(b, r_, h, m, dv)
         mxs = q.new_full((b, r_, h, m, 1), float("-inf"))  # running max of the base-2 scores
         tots = q.new_zeros(b, r_, h, m, 1)  # running sum of exp2(score − max)
@@ -148,10 +142,10 @@ class _LongKeyAttention(torch.autograd.Function):
         def item(t: int) -> None:
             i, r = divmod(t, r_)
             a, mx, tot = acc[i, r], mxs[i, r], tots[i, r]  # (h, m, dv), (h, m, 1), (h, m, 1)
-            buf = q.new_empty(h, m, min(FWD_CHUNK_KEYS, span))
+            buf = q.new_empty(h, m, min(CHUNK_KEYS, span))
             stop = min(n, (r + 1) * span)
-            for s0 in range(r * span, stop, FWD_CHUNK_KEYS):
-                c = min(FWD_CHUNK_KEYS, stop - s0)
+            for s0 in range(r * span, stop, CHUNK_KEYS):
+                c = min(CHUNK_KEYS, stop - s0)
                 if key_mask is not None:
                     mc = key_mask[i, s0 : s0 + c]  # (c,)
                     if not bool(mc.any()):
@@ -185,29 +179,32 @@ class _LongKeyAttention(torch.autograd.Function):
         n = k.shape[2]
         go = grad_out.contiguous()
         delta = (go * out).sum(-1, keepdim=True)  # (b, h, m, 1) = rowsum(P ∘ dP)
-        dq = torch.zeros_like(qs)
+        r_ = _splits(b)
+        span = -(-n // r_)
+        dq = qs.new_zeros(b, r_, h, m, d)  # per key range, summed below
         dk = empty(b, n, h, d, like=k)
         dv = empty(b, n, h, v.shape[-1], like=v)
 
+        # Key ranges with all heads batched, as in the forward: dk/dv rows are disjoint per item. Every
+        # row is written (padded keys get p = 0, so zero gradients).
         def item(t: int) -> None:
-            i, j = divmod(t, h)
-            buf = qs.new_empty(m, min(CHUNK_KEYS, n))
-            dp = qs.new_empty(m, min(CHUNK_KEYS, n))
-            for s0 in range(0, n, CHUNK_KEYS):
-                kc, vc = k[i, j, s0 : s0 + CHUNK_KEYS], v[i, j, s0 : s0 + CHUNK_KEYS]  # (c, d), (c, dv)
-                c = kc.shape[0]
-                p = torch.mm(qs[i, j], kc.mT, out=buf[:, :c])  # (m, c)
+            i, r = divmod(t, r_)
+            stop = min(n, (r + 1) * span)
+            for s0 in range(r * span, stop, CHUNK_KEYS):
+                keys = slice(s0, min(s0 + CHUNK_KEYS, stop))
+                kc, vc = k[i, :, keys], v[i, :, keys]  # (h, c, d), (h, c, dv)
+                p = torch.bmm(qs[i], kc.mT)  # (h, m, c)
                 if key_mask is not None:
-                    p.masked_fill_(~key_mask[i, s0 : s0 + c], float("-inf"))
-                p.sub_(lse[i, j]).exp2_()  # recomputed probabilities
-                torch.mm(p.mT, go[i, j], out=dv[i, s0 : s0 + c, j])  # (c, dv)
-                ds = torch.mm(go[i, j], vc.mT, out=dp[:, :c])  # (m, c)
-                ds.sub_(delta[i, j]).mul_(p)
-                torch.mm(ds.mT, qn[i, j], out=dk[i, s0 : s0 + c, j])  # (c, d)
-                dq[i, j].addmm_(ds, kc)  # (m, d), scaled below
+                    p.masked_fill_(~key_mask[i, keys], float("-inf"))
+                p.sub_(lse[i]).exp2_()  # recomputed probabilities
+                torch.bmm(p.mT, go[i], out=dv[i, keys].transpose(0, 1))  # (h, c, dv)
+                ds = torch.bmm(go[i], vc.mT)  # (h, m, c)
+                ds.sub_(delta[i]).mul_(p)
+                torch.bmm(ds.mT, qn[i], out=dk[i, keys].transpose(0, 1))  # (h, c, d)
+                dq[i, r].baddbmm_(ds, kc)  # (h, m, d), scaled below
 
-        parallel_for(item, range(b * h), device=qs.device)
-        dq.mul_(ctx.scale)
+        parallel_for(item, range(b * r_), device=qs.device)
+        dq = dq.sum(1).mul_(ctx.scale)
         return dq, dk.permute(0, 2, 1, 3), dv.permute(0, 2, 1, 3), None, None
 
 
