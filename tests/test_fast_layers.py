@@ -7,13 +7,20 @@ import pytest
 import torch
 from torch import nn
 
+from nystrom.functional import conv
 from nystrom.functional.conv import depthwise_seq_conv
 from nystrom.functional.dropout import Dropout, dropout
 
 
 @pytest.mark.parametrize(
     ("b", "h", "n", "d", "k", "c"),
-    [(2, 3, 37, 5, 7, 4), (1, 2, 5, 3, 9, 4), (2, 2, 64, 4, 35, 64), (1, 1, 3, 2, 1, 2), (1, 2, 130, 3, 33, 64)],
+    [
+        (2, 3, 37, 5, 7, 4),
+        (1, 2, 5, 3, 9, 4),
+        (2, 2, 64, 4, 35, 64),
+        (1, 1, 3, 2, 1, 2),
+        (1, 2, 130, 3, 33, 64),
+    ],
 )
 def test_conv_equals_depthwise_conv2d_values_and_gradients(b, h, n, d, k, c):
     torch.manual_seed(0)
@@ -28,6 +35,22 @@ def test_conv_equals_depthwise_conv2d_values_and_gradients(b, h, n, d, k, c):
     rx, rw = torch.autograd.grad((yr * g).sum(), (x, ref.weight))
     torch.testing.assert_close(gx, rx, rtol=0, atol=1e-12)
     torch.testing.assert_close(gw, rw, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("group_bytes", [1, 3 * 2 * 40 * 4 * 8])  # one head per group; 3 of 5 heads, then 2
+def test_conv_in_head_groups_equals_one_product(monkeypatch, group_bytes):
+    torch.manual_seed(3)
+    x = torch.randn(2, 5, 40, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 5, 40, 4, dtype=torch.float64)
+    y = depthwise_seq_conv(x, w, block_rows=8)  # 5 heads x 2.5 KB: one group at the default 32 MiB
+    ref = (y.detach(), *torch.autograd.grad((y * g).sum(), (x, w)))
+    monkeypatch.setattr(conv, "GROUP_BYTES", group_bytes)
+    assert len(conv._head_groups(x)) == (5 if group_bytes == 1 else 2)
+    y = depthwise_seq_conv(x, w, block_rows=8)
+    got = (y.detach(), *torch.autograd.grad((y * g).sum(), (x, w)))
+    for a, r in zip(got, ref):
+        torch.testing.assert_close(a, r, rtol=0, atol=1e-12)
 
 
 def test_conv_gradcheck_and_strided_input():

@@ -12,7 +12,8 @@ sequence is cut into blocks of c rows; block i of the output is ``T_h @ V[i·c �
 the (c, W) Toeplitz matrix ``T_h[r, r + j] = w[h, j]``. Stacking all blocks of a sample side by side,
 one GEMM ``(c, W) @ (W, nb·d)`` per (sample, head) gives every output row; the backward is the same
 product with the flipped kernel for ∂v, and ``∂T = ∂Y @ Xᵀ`` summed along its diagonals for ∂w.
-Cost: 2·W·n·d FLOPs per (sample, head), a few times the direct K·n·d but all in one GEMM.
+Cost: 2·W·n·d FLOPs per (sample, head), a few times the direct K·n·d but all in one GEMM. Large
+inputs go through in groups of heads (``GROUP_BYTES``) to bound the temporaries.
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ import torch
 import torch.nn.functional as F
 
 BLOCK_ROWS = 64  # c: measured best of 32/64/128 for K = 35 on the 2-core VM
+# One product holds ≈ 4.5x its input in temporaries (padded copy, windows, result, its reshape); above
+# this many input bytes the heads go through in groups, so a 65536-token (b=1, h=8, d=64) input needs
+# ≈ 75 MB of temporaries instead of ≈ 600 MB.
+GROUP_BYTES = 32 << 20
+
+
+def _head_groups(x: torch.Tensor) -> list[slice]:
+    """Slices of heads whose (b, ·, n, d) part of ``x`` stays under ``GROUP_BYTES`` (at least one head)."""
+    b, h, n, d = x.shape
+    per_head = max(1, b * n * d * x.element_size())
+    g = max(1, min(h, GROUP_BYTES // per_head))
+    return [slice(i, i + g) for i in range(0, h, g)]
 
 
 def _band(t: torch.Tensor, k: int) -> torch.Tensor:
@@ -49,13 +62,35 @@ def _windows(x: torch.Tensor, k: int, c: int) -> torch.Tensor:
     return win.reshape(b, h, width, nb * d)  # one copy, ≈ W/c times x
 
 
+def _conv_group(x: torch.Tensor, w: torch.Tensor, c: int, out: torch.Tensor) -> None:
+    """The forward product for one group of heads, into ``out``: x (b, g, n, d), w (g, K) -> out (b, g, n, d)."""
+    b, g, n, d = x.shape
+    nb, full = -(-n // c), n // c
+    y = torch.matmul(_toeplitz(w, c), _windows(x, w.shape[1], c)).view(b, g, c, nb, d)  # row r of block i
+    out[:, :, : full * c].unflatten(2, (full, c)).copy_(y[:, :, :, :full].transpose(2, 3))  # whole blocks
+    if full < nb:
+        out[:, :, full * c :].copy_(y[:, :, : n - full * c, full])  # the ragged last block
+
+
 def _conv(x: torch.Tensor, w: torch.Tensor, c: int) -> torch.Tensor:
-    """The forward product: x (b, h, n, d), w (h, K) -> (b, h, n, d)."""
+    """The forward product: x (b, h, n, d), w (h, K) -> (b, h, n, d), head group by head group."""
+    out = x.new_empty(x.shape)
+    for hs in _head_groups(x):
+        _conv_group(x[:, hs], w[hs], c, out[:, hs])
+    return out
+
+
+def _weight_grad(x: torch.Tensor, go: torch.Tensor, k: int, c: int) -> torch.Tensor:
+    """∂w (h, K) from x and ∂y (b, h, n, d): ∂T = Σ_b ∂Y Xᵀ per head, summed along its diagonals."""
     b, h, n, d = x.shape
     nb = -(-n // c)
-    y = torch.matmul(_toeplitz(w, c), _windows(x, w.shape[1], c))  # (b, h, c, nb·d)
-    y = y.view(b, h, c, nb, d).transpose(2, 3).reshape(b, h, nb * c, d)  # (b, h, nb·c, d)
-    return y[:, :, :n] if nb * c != n else y
+    dw = x.new_empty(h, k)
+    for hs in _head_groups(x):
+        gop = F.pad(go[:, hs], (0, 0, 0, nb * c - n))  # (b, g, nb·c, d)
+        g = gop.reshape(b, -1, nb, c, d).transpose(2, 3).reshape(b, -1, c, nb * d)  # (b, g, c, nb·d)
+        dt = torch.matmul(g, _windows(x[:, hs], k, c).mT).sum(0)  # (g, c, W)
+        dw[hs] = _band(dt, k).sum(1)  # (g, K): diagonal sums
+    return dw
 
 
 class _SeqConv(torch.autograd.Function):
@@ -72,19 +107,13 @@ class _SeqConv(torch.autograd.Function):
         c = ctx.c
         go = go.contiguous()
         dx = _conv(go, w.flip(-1), c) if ctx.needs_input_grad[0] else None  # the adjoint: flipped kernel
-        dw = None
-        if ctx.needs_input_grad[1]:
-            b, h, n, d = x.shape
-            k = w.shape[1]
-            nb = -(-n // c)
-            gop = F.pad(go, (0, 0, 0, nb * c - n))  # (b, h, nb·c, d)
-            g = gop.view(b, h, nb, c, d).transpose(2, 3).reshape(b, h, c, nb * d)  # (b, h, c, nb·d)
-            dt = torch.matmul(g, _windows(x, k, c).mT).sum(0)  # (h, c, W) = Σ_b ∂Y Xᵀ
-            dw = _band(dt, k).sum(1)  # (h, K): diagonal sums
+        dw = _weight_grad(x, go, w.shape[1], c) if ctx.needs_input_grad[1] else None
         return dx, dw, None
 
 
-def depthwise_seq_conv(x: torch.Tensor, weight: torch.Tensor, *, block_rows: int = BLOCK_ROWS) -> torch.Tensor:
+def depthwise_seq_conv(
+    x: torch.Tensor, weight: torch.Tensor, *, block_rows: int = BLOCK_ROWS
+) -> torch.Tensor:
     """Per-head depthwise convolution along the tokens with zero "same" padding.
 
     Args:
