@@ -22,6 +22,8 @@ On other devices, and below ``*_MIN_N`` tokens on CPU, the same maths runs throu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 
@@ -54,6 +56,12 @@ def _softmax2_(s: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
 def _splits(b: int) -> int:
     """Ranges (of rows or keys) per sample: enough (sample, range) work items to feed every thread."""
     return max(1, -(-torch.get_num_threads() // b)) if SPLITS is None else SPLITS
+
+
+def _range_chunks(r: int, span: int, n: int, chunk: int) -> Iterator[slice]:
+    """Slices of at most ``chunk`` covering range r, i.e. [r·span, min(n, (r + 1)·span))."""
+    stop = min(n, (r + 1) * span)
+    return (slice(s0, min(s0 + chunk, stop)) for s0 in range(r * span, stop, chunk))
 
 
 class _ShortKeyAttention(torch.autograd.Function):
@@ -99,9 +107,7 @@ class _ShortKeyAttention(torch.autograd.Function):
         def item(t: int) -> None:
             i, r = divmod(t, r_)
             vi = None if valid is None else valid[i]
-            stop = min(n, (r + 1) * span)
-            for s0 in range(r * span, stop, CHUNK_ROWS):
-                rows = slice(s0, min(s0 + CHUNK_ROWS, stop))
+            for rows in _range_chunks(r, span, n, CHUNK_ROWS):
                 qc, go = q[i, :, rows], grad_out[i, :, rows]  # (h, c, d), (h, c, dv)
                 p = _softmax2_(torch.bmm(qc, kt[i]), vi)  # (h, c, m) recomputed
                 dv[i, r].baddbmm_(p.mT, go)  # (h, m, dv) += pᵀ dO
@@ -143,21 +149,20 @@ class _LongKeyAttention(torch.autograd.Function):
             i, r = divmod(t, r_)
             a, mx, tot = acc[i, r], mxs[i, r], tots[i, r]  # (h, m, dv), (h, m, 1), (h, m, 1)
             buf = q.new_empty(h, m, min(CHUNK_KEYS, span))
-            stop = min(n, (r + 1) * span)
-            for s0 in range(r * span, stop, CHUNK_KEYS):
-                c = min(CHUNK_KEYS, stop - s0)
+            for keys in _range_chunks(r, span, n, CHUNK_KEYS):
+                c = keys.stop - keys.start
                 if key_mask is not None:
-                    mc = key_mask[i, s0 : s0 + c]  # (c,)
+                    mc = key_mask[i, keys]  # (c,)
                     if not bool(mc.any()):
                         continue
-                sc = torch.bmm(qs[i], k[i, :, s0 : s0 + c].mT, out=buf[:, :, :c])  # (h, m, c)
+                sc = torch.bmm(qs[i], k[i, :, keys].mT, out=buf[:, :, :c])  # (h, m, c)
                 if key_mask is not None:
                     sc.masked_fill_(~mc, float("-inf"))
                 new = torch.maximum(mx, sc.amax(-1, keepdim=True))  # (h, m, 1)
                 sc.sub_(new).exp2_()
                 corr = (mx - new).exp2_()  # rescales what the earlier chunks accumulated
                 tot.mul_(corr).add_(sc.sum(-1, keepdim=True))
-                a.mul_(corr).baddbmm_(sc, v[i, :, s0 : s0 + c])  # (h, m, dv)
+                a.mul_(corr).baddbmm_(sc, v[i, :, keys])  # (h, m, dv)
                 mx.copy_(new)
 
         parallel_for(item, range(b * r_), device=q.device)
@@ -189,9 +194,7 @@ class _LongKeyAttention(torch.autograd.Function):
         # row is written (padded keys get p = 0, so zero gradients).
         def item(t: int) -> None:
             i, r = divmod(t, r_)
-            stop = min(n, (r + 1) * span)
-            for s0 in range(r * span, stop, CHUNK_KEYS):
-                keys = slice(s0, min(s0 + CHUNK_KEYS, stop))
+            for keys in _range_chunks(r, span, n, CHUNK_KEYS):
                 kc, vc = k[i, :, keys], v[i, :, keys]  # (h, c, d), (h, c, dv)
                 p = torch.bmm(qs[i], kc.mT)  # (h, m, c)
                 if key_mask is not None:
