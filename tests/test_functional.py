@@ -208,6 +208,40 @@ def test_gradcheck_long_key_kernel(monkeypatch, kernel_path, splits):
     assert rel_err(f(q, k, v), ref) <= 1e-12
 
 
+@pytest.mark.parametrize("scale,shifted", [(0.7, False), (60.0, True)])
+def test_kernels_unshifted_fast_path_and_max_shifted_fallback(monkeypatch, scale, shifted):
+    # The kernels exponentiate raw scores when every row sum stays in [2^-64, 2^64] and fall back to the
+    # max-shifted softmax otherwise; at scale 60 the scores reach hundreds (exp2 overflows float32).
+    monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
+    monkeypatch.setattr(kernels, "LONG_MIN_N", 1)
+    monkeypatch.setattr(kernels, "CHUNK_ROWS", 4)
+    monkeypatch.setattr(kernels, "CHUNK_KEYS", 4)
+    calls = {"short": 0, "long": 0}
+    softmax2, long_forward = kernels._softmax2_, kernels._long_forward
+
+    def spy_softmax2(*args):
+        calls["short"] += 1
+        return softmax2(*args)
+
+    def spy_long(*args, shifted):
+        calls["long"] += shifted
+        return long_forward(*args, shifted=shifted)
+
+    monkeypatch.setattr(kernels, "_softmax2_", spy_softmax2)
+    monkeypatch.setattr(kernels, "_long_forward", spy_long)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, 3) for n in (10, 10, 10))
+    lm = torch.randn(2, 2, 4, 3)
+    valid = torch.tensor([[True] * 4, [True, True, False, True]])
+    mask = right_pad_mask([10, 6], 10)
+    root_d = math.sqrt(3)
+    short = short_key_attention(q, lm, v[:, :, :4], valid=valid, scale=scale)
+    assert rel_err(short, softmax_oracle(q * scale * root_d, lm, v[:, :, :4], valid)) <= 1e-5
+    long = long_key_attention(lm, k, v, key_mask=mask, scale=scale)
+    assert rel_err(long, softmax_oracle(lm * scale * root_d, k, v, mask)) <= 1e-5
+    assert (calls["short"] > 0, calls["long"] > 0) == (shifted, shifted), calls
+
+
 def test_fused_gradients_match_materialized_fp32():
     q, k, v = (t.requires_grad_() for t in qkv(n=70, dtype=torch.float32))
     g = torch.randn(2, 3, 70, 8)

@@ -31,6 +31,11 @@ from nystrom.bench.common import (
 from nystrom.functional import nystrom_attention, softmax_attention
 
 IMPLS = ("nystrom", "hf", "lucidrains", "sdpa")
+# Calls before timing, every implementation alike. Why more than one: on this VM the first touches of
+# fresh large buffers in a new process are slow (a 134 MB buffer: 150-190 ms for its first two fills,
+# 12 ms from the third; host-side backing of guest memory), so a 65536-token case settles only
+# from its 4th call (measured per call: 320, 320, 270, 185, 175, 170, ... ms).
+WARMUP_CALLS = 4
 MODES = ("core", "fwd", "fwdbwd")
 
 
@@ -143,7 +148,7 @@ def child_main(argv: list[str]) -> None:
         a.impl, a.mode, n=a.n, h=a.heads, d=a.dim_head, m=a.landmarks, dtype=getattr(torch, a.dtype)
     )
     mem = peak_memory_mb(fn)  # the first call doubles as warm-up
-    ms = median_time_ms(fn, repeats=a.repeats, budget_s=a.budget, warmup=0)
+    ms = median_time_ms(fn, repeats=a.repeats, budget_s=a.budget, warmup=WARMUP_CALLS - 1)
     print(json.dumps({"ms": ms, "peak_mb": mem}))
 
 

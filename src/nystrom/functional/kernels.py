@@ -38,6 +38,7 @@ SPLITS: int | None = None  # row/key ranges per sample (one work item each); Non
 # chunk loops; measured on the 2-core VM, b·h = 8: level at 16384, SDPA 25 vs 37 ms for the core at 8192.
 SHORT_MIN_N = 16384
 LONG_MIN_N = 16384
+UNSHIFTED_MIN, UNSHIFTED_MAX = 2.0**-64, 2.0**64  # row sums for which unshifted exp2 is safe (_probs2)
 
 
 def _softmax2_(s: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
@@ -51,6 +52,30 @@ def _softmax2_(s: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
         s.masked_fill_(~valid, float("-inf"))
     s.sub_(s.amax(-1, keepdim=True)).exp2_()  # every row has a valid key, so its max is finite
     return s.div_(s.sum(-1, keepdim=True))
+
+
+def _sums_in_range(tot: torch.Tensor) -> bool:
+    """Whether every sum of unshifted exp2 terms is in [2⁻⁶⁴, 2⁶⁴] (so no term overflowed, and the
+    largest term of each row is a normal float: the softmax is as accurate as the max-shifted one)."""
+    lo, hi = torch.aminmax(tot)
+    return bool(lo >= UNSHIFTED_MIN) and bool(hi <= UNSHIFTED_MAX)
+
+
+def _probs2(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """softmax(a @ b) over the last dim for base-2 scores, computed into ``out`` (h, c, m).
+
+    Why unshifted first: softmax is shift-invariant, and for scores within ±64 (base 2; any sane
+    attention) exp2 needs no max subtraction, which saves the row-max and subtraction passes (measured
+    ≈ 8 ms per kernel per thread at n = 65536). A chunk with a row sum outside the safe range is
+    recomputed with the max shift (the slow path is exact too, and tested).
+    """
+    s = torch.bmm(a, b, out=out)
+    if valid is not None:
+        s.masked_fill_(~valid, float("-inf"))
+    tot = s.exp2_().sum(-1, keepdim=True)  # (h, c, 1)
+    if _sums_in_range(tot):
+        return s.div_(tot)
+    return _softmax2_(torch.bmm(a, b, out=out), valid)
 
 
 def _splits(b: int) -> int:
@@ -71,18 +96,22 @@ class _ShortKeyAttention(torch.autograd.Function):
         out = empty(b, n, h, v.shape[-1], like=q)  # heads interleaved: the caller's head merge is a view
         kt = (k * (scale * LOG2E)).mT.contiguous()  # (b, h, d, m) base-2 scores
 
-        blocks = -(-n // CHUNK_ROWS)
+        r_ = _splits(b)
+        span = -(-n // r_)
 
-        # Items are row blocks with all heads batched (one bmm per step, not one mm per head; measured
-        # 88 → 80 ms at n = 65536), so the two workers also first-touch disjoint pages of the fresh
-        # output: on this VM page faults cost as much as the GEMMs.
+        # Items are (sample, row range) with all heads batched (one bmm per step, not one mm per head;
+        # measured 88 → 80 ms at n = 65536), so the workers also first-touch disjoint pages of the fresh
+        # output. One score buffer per item: a fresh 2 MiB result per step ran the bmm at 38 instead of
+        # 89 GFLOP/s (allocation and page faults).
         def item(t: int) -> None:
-            i, blk = divmod(t, blocks)
-            rows = slice(blk * CHUNK_ROWS, (blk + 1) * CHUNK_ROWS)
-            p = _softmax2_(torch.bmm(q[i, :, rows], kt[i]), None if valid is None else valid[i])  # (h, c, m)
-            torch.bmm(p, v[i], out=out[i, rows].transpose(0, 1))  # (h, c, dv) into the interleaved output
+            i, r = divmod(t, r_)
+            vi = None if valid is None else valid[i]
+            buf = q.new_empty(h, min(CHUNK_ROWS, span), kt.shape[-1])
+            for rows in _range_chunks(r, span, n, CHUNK_ROWS):
+                p = _probs2(q[i, :, rows], kt[i], buf[:, : rows.stop - rows.start], vi)  # (h, c, m)
+                torch.bmm(p, v[i], out=out[i, rows].transpose(0, 1))  # (h, c, dv) into the interleaved output
 
-        parallel_for(item, range(b * blocks), device=q.device)
+        parallel_for(item, range(b * r_), device=q.device)
         ctx.save_for_backward(q, k, v, valid)
         ctx.scale = scale
         return out.permute(0, 2, 1, 3)  # (b, h, n, dv) view
@@ -107,9 +136,10 @@ class _ShortKeyAttention(torch.autograd.Function):
         def item(t: int) -> None:
             i, r = divmod(t, r_)
             vi = None if valid is None else valid[i]
+            buf = q.new_empty(h, min(CHUNK_ROWS, span), m)
             for rows in _range_chunks(r, span, n, CHUNK_ROWS):
                 qc, go = q[i, :, rows], grad_out[i, :, rows]  # (h, c, d), (h, c, dv)
-                p = _softmax2_(torch.bmm(qc, kt[i]), vi)  # (h, c, m) recomputed
+                p = _probs2(qc, kt[i], buf[:, : rows.stop - rows.start], vi)  # (h, c, m) recomputed
                 dv[i, r].baddbmm_(p.mT, go)  # (h, m, dv) += pᵀ dO
                 ds = torch.bmm(go, v[i].mT)  # (h, c, m) dP = dO vᵀ
                 ds.sub_((ds * p).sum(-1, keepdim=True)).mul_(p)  # dS = P ∘ (dP − rowsum(P ∘ dP))
@@ -127,50 +157,63 @@ class _ShortKeyAttention(torch.autograd.Function):
         )
 
 
+def _long_forward(qs, k, v, key_mask, *, shifted: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(qs kᵀ) v over base-2 scores; returns out (b, h, m, dv) and log2-sum-exp2 (b, h, m, 1).
+
+    Split-K over key ranges, all heads of a key chunk at once (flash-decoding): one item streams a
+    token-major slab of k and v (every head of the same rows, not one head's 1/h of each row), with one
+    batched op per step instead of one per head (measured 86 → 78 ms at n = 65536 on head views of a
+    fused projection). Each range keeps its own running max/sum; merged below. ``shifted=False`` skips
+    the running max (exp2 of the raw scores, see ``_probs2``); the caller checks the sums.
+    """
+    b, h, m, _ = qs.shape
+    n, dv = k.shape[2], v.shape[-1]
+    r_ = _splits(b)
+    acc = qs.new_zeros(b, r_, h, m, dv)
+    mxs = qs.new_full((b, r_, h, m, 1), float("-inf") if shifted else 0.0)  # running max (0: unshifted)
+    tots = qs.new_zeros(b, r_, h, m, 1)  # running sum of exp2(score − max)
+    span = -(-n // r_)
+
+    def item(t: int) -> None:
+        i, r = divmod(t, r_)
+        a, mx, tot = acc[i, r], mxs[i, r], tots[i, r]  # (h, m, dv), (h, m, 1), (h, m, 1)
+        buf = qs.new_empty(h, m, min(CHUNK_KEYS, span))
+        for keys in _range_chunks(r, span, n, CHUNK_KEYS):
+            if key_mask is not None:
+                mc = key_mask[i, keys]  # (c,)
+                if not bool(mc.any()):
+                    continue
+            sc = torch.bmm(qs[i], k[i, :, keys].mT, out=buf[:, :, : keys.stop - keys.start])  # (h, m, c)
+            if key_mask is not None:
+                sc.masked_fill_(~mc, float("-inf"))
+            if not shifted:
+                tot.add_(sc.exp2_().sum(-1, keepdim=True))
+                a.baddbmm_(sc, v[i, :, keys])  # (h, m, dv)
+                continue
+            new = torch.maximum(mx, sc.amax(-1, keepdim=True))  # (h, m, 1)
+            sc.sub_(new).exp2_()
+            corr = (mx - new).exp2_()  # rescales what the earlier chunks accumulated
+            tot.mul_(corr).add_(sc.sum(-1, keepdim=True))
+            a.mul_(corr).baddbmm_(sc, v[i, :, keys])  # (h, m, dv)
+            mx.copy_(new)
+
+    parallel_for(item, range(b * r_), device=qs.device)
+    top = mxs.amax(1, keepdim=True)  # (b, 1, h, m, 1): finite, every row has a real key
+    w = (mxs - top).exp2_()  # (b, r, h, m, 1); 0 for a range without real keys
+    tot = (tots * w).sum(1)  # (b, h, m, 1)
+    out = (acc * w).sum(1).div_(tot)  # (b, h, m, dv)
+    return out, top[:, 0] + tot.log2()  # log2-sum-exp2 of the base-2 scores
+
+
 class _LongKeyAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, key_mask, scale):
-        b, h, m, _ = q.shape
-        n, dv = k.shape[2], v.shape[-1]
         # Scores in base 2 (log2 e folded into the queries): torch.exp2 measured 3.7x faster than torch.exp
         # on this CPU (float32), and the exponential is a third of this loop's time.
         qs = (q * (scale * LOG2E)).contiguous()  # (b, h, m, d)
-        # Split-K over key ranges, all heads of a key chunk at once (flash-decoding): one item streams a
-        # token-major slab of k and v (every head of the same rows, not one head's 1/h of each row),
-        # with one batched op per step instead of one per head. Measured 86 -> 78 ms at n = 65536
-        # on head views of a fused projection. Each range keeps its own running max/sum; merged below.
-        r_ = _splits(b)
-        acc = q.new_zeros(b, r_, h, m, dv)
-        mxs = q.new_full((b, r_, h, m, 1), float("-inf"))  # running max of the base-2 scores
-        tots = q.new_zeros(b, r_, h, m, 1)  # running sum of exp2(score − max)
-        span = -(-n // r_)
-
-        def item(t: int) -> None:
-            i, r = divmod(t, r_)
-            a, mx, tot = acc[i, r], mxs[i, r], tots[i, r]  # (h, m, dv), (h, m, 1), (h, m, 1)
-            buf = q.new_empty(h, m, min(CHUNK_KEYS, span))
-            for keys in _range_chunks(r, span, n, CHUNK_KEYS):
-                c = keys.stop - keys.start
-                if key_mask is not None:
-                    mc = key_mask[i, keys]  # (c,)
-                    if not bool(mc.any()):
-                        continue
-                sc = torch.bmm(qs[i], k[i, :, keys].mT, out=buf[:, :, :c])  # (h, m, c)
-                if key_mask is not None:
-                    sc.masked_fill_(~mc, float("-inf"))
-                new = torch.maximum(mx, sc.amax(-1, keepdim=True))  # (h, m, 1)
-                sc.sub_(new).exp2_()
-                corr = (mx - new).exp2_()  # rescales what the earlier chunks accumulated
-                tot.mul_(corr).add_(sc.sum(-1, keepdim=True))
-                a.mul_(corr).baddbmm_(sc, v[i, :, keys])  # (h, m, dv)
-                mx.copy_(new)
-
-        parallel_for(item, range(b * r_), device=q.device)
-        top = mxs.amax(1, keepdim=True)  # (b, 1, h, m, 1): finite, every row has a real key
-        w = (mxs - top).exp2_()  # (b, r, h, m, 1); 0 for a range without real keys
-        tot = (tots * w).sum(1)  # (b, h, m, 1)
-        out = (acc * w).sum(1).div_(tot)  # (b, h, m, dv)
-        lse = top[:, 0] + tot.log2()  # (b, h, m, 1) log2-sum-exp2 of the base-2 scores
+        out, lse = _long_forward(qs, k, v, key_mask, shifted=False)
+        if not (_sums_in_range(lse.exp2()) and bool(torch.isfinite(out).all())):
+            out, lse = _long_forward(qs, k, v, key_mask, shifted=True)  # a score beyond ±64: redo exactly
         ctx.save_for_backward(qs, k, v, key_mask, out, lse)
         ctx.scale = scale
         return out
