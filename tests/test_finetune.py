@@ -10,7 +10,7 @@ import torch
 from nystrom.data.glue import encode_pair, load_glue_file, load_imdb_reviews, load_task, read_tsv
 from nystrom.data.text import train_wordpiece
 from nystrom.model import NystromformerConfig
-from nystrom.tasks.finetune import classification_step, f1_score
+from nystrom.tasks.finetune import FinetuneRun, classification_f1, classification_step, f1_score
 from nystrom.tasks.text_commands import main
 
 FIX = Path(__file__).parent / "fixtures" / "text"
@@ -78,8 +78,9 @@ def test_f1_against_a_hand_computed_example():
 
     _, m = classification_step(Fixed(), {"labels": torch.tensor(gold)})
     assert m["accuracy"] == (4.0, 6)
-    tp, fp, fn = (m[k][0] / m[k][1] for k in ("tp", "fp", "fn"))
-    assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(2 / 3)
+    means = {k: m[k][0] / m[k][1] for k in ("tp", "fp", "fn")}
+    assert classification_f1(means)["f1"] == pytest.approx(2 / 3)
+    assert classification_f1({"tp": 0.0, "fp": 0.5, "fn": 0.5})["f1"] == 0.0
 
 
 def test_pair_encoding_truncates_longest_first(setup):
@@ -125,6 +126,20 @@ def test_finetune_mrpc_f1_and_mnli_two_dev_sets(setup, tmp_path):
     assert set(res) == {"loop", "dev_matched", "dev_mismatched"}
     rows = _predictions(tmp_path / "mnli" / "predictions_dev_mismatched.tsv")
     assert len(rows) == 3 and all(r[1] in ("contradiction", "entailment", "neutral") for r in rows)
+
+
+def test_finetune_selects_best_dev_step_by_f1(setup, tmp_path):
+    res = _run(setup, "mrpc", tmp_path, GLUE, "--select-metric", "f1", "--epochs", "4")
+    devs = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if r["split"] == "dev"]
+    assert len(devs) >= 2 and all("f1" in r for r in devs)
+    best = max(devs, key=lambda r: (r["f1"], -r["step"]))  # the first step reaching the highest F1
+    assert res["loop"]["metric"] == "f1"
+    assert (res["loop"]["best_dev"], res["loop"]["best_step"]) == (best["f1"], best["step"])
+
+
+def test_select_metric_f1_needs_a_task_that_reports_it():
+    with pytest.raises(ValueError, match="F1 is reported for mrpc, qqp only"):
+        FinetuneRun(task="sst2", data=GLUE, out=Path("unused"), select_metric="f1")
 
 
 def test_imdb_from_a_pretrain_run(setup, tmp_path):

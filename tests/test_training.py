@@ -105,3 +105,19 @@ def test_config_validation():
         TrainConfig(steps=1, batch_size=10, grad_accum=3)
     with pytest.raises(ValueError, match="steps"):
         TrainConfig(steps=0, batch_size=1)
+
+
+def test_selection_metric_missing_from_dev_metrics_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="selection metric 'f1' is not among the dev metrics"):
+        train(make_task(), config(metric="f1"), tmp_path, progress=False)
+
+
+def test_derived_metrics_are_logged_and_select_the_best_step(tmp_path):
+    task = make_task()
+    task.derived = lambda means: {"error": 1.0 - means["accuracy"]}
+    res = train(task, config(metric="error", metric_mode="min"), tmp_path, progress=False)
+    devs = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "dev"]
+    assert all(r["error"] == pytest.approx(1 - r["accuracy"]) for r in devs)
+    best = min(devs, key=lambda r: (r["error"], r["step"]))
+    assert (res["best_dev"], res["best_step"]) == (best["error"], best["step"])
+    assert res["test"]["error"] == pytest.approx(1 - res["test"]["accuracy"])

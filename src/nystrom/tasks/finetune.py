@@ -89,10 +89,17 @@ class FinetuneRun:
     dropout: float | None = None
     seed: int = 0
     bf16: bool = False
+    select_metric: str = "accuracy"  # dev metric that picks the best step: "accuracy", or "f1" (MRPC, QQP)
 
     def __post_init__(self) -> None:
         if self.task not in FINETUNE_TASKS:
             raise ValueError(f"task must be one of {FINETUNE_TASKS}, got {self.task!r}")
+        allowed = ("accuracy", "f1") if self.task in F1_TASKS else ("accuracy",)
+        if self.select_metric not in allowed:
+            raise ValueError(
+                f"select_metric for {self.task} must be one of {allowed}, got {self.select_metric!r}"
+                + ("" if self.task in F1_TASKS else f" (F1 is reported for {', '.join(F1_TASKS)} only)")
+            )
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
 
@@ -117,7 +124,7 @@ class FinetuneRun:
             eval_every=min(per_epoch, steps),
             log_every=max(1, min(10, steps // 20)),
             seed=self.seed,
-            metric="accuracy",
+            metric=self.select_metric,
         )
 
 
@@ -183,6 +190,12 @@ def classification_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, di
     }
 
 
+def classification_f1(means: dict[str, float]) -> dict[str, float]:
+    """F1 of class 1 from an evaluation's tp/fp/fn rates (shared denominators cancel; 0 without a tp)."""
+    tp, fp, fn = means["tp"], means["fp"], means["fn"]
+    return {"f1": 2 * tp / (2 * tp + fp + fn) if tp > 0 else 0.0}
+
+
 def f1_score(pred: list[int], gold: list[int], *, positive: int = 1) -> float:
     """F1 of class ``positive`` (0.0 when there are no true positives)."""
     tp = sum(p == positive and g == positive for p, g in zip(pred, gold))
@@ -234,7 +247,10 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     def collate(items: list[dict]) -> dict[str, torch.Tensor]:
         return collate_classification(items, pad_id=pad)
 
-    task = Task(model, train_set, collate, classification_step, dev=devs[0], name=f"finetune-{run.task}")
+    task = Task(
+        model, train_set, collate, classification_step, dev=devs[0], name=f"finetune-{run.task}",
+        derived=classification_f1 if run.task in F1_TASKS else None,
+    )  # fmt: skip
     cfg = run.train_config(len(train_set))
     check_eval_batches(len(devs[0]), cfg)
     loop_results = train(task, cfg, run.out, progress=progress)

@@ -76,6 +76,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         attention=args.attention, conv_kernel=args.conv_kernel, batch_size=args.batch_size, lr=args.lr,
         epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, dropout=args.dropout, seed=args.seed, bf16=args.bf16,
+        select_metric=args.select_metric,
     )  # fmt: skip
     res = run_finetune(run, progress=not args.no_progress)
     if _is_main():
@@ -167,6 +168,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     f.add_argument(
         "--max-eval-examples", type=positive_int, help="use only the first N of each dev/test split"
     )
+    f.add_argument(
+        "--select-metric", choices=("accuracy", "f1"), default="accuracy",
+        help="dev metric that picks the best-dev weights (f1: MRPC and QQP only; default accuracy)",
+    )  # fmt: skip
     _common(f)
     f.set_defaults(func=cmd_finetune)
 

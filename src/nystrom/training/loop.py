@@ -37,11 +37,17 @@ from nystrom.training.schedule import make_scheduler
 
 #: forward(model, batch) -> (mean loss, {metric: (sum, count)})
 StepFn = Callable[[nn.Module, dict], tuple[torch.Tensor, dict[str, tuple[float, int]]]]
+#: {metric: mean over the evaluated examples} -> further metrics that are no such mean (e.g. F1)
+DerivedFn = Callable[[dict[str, float]], dict[str, float]]
 
 
 @dataclass
 class Task:
-    """What the loop trains: a model, map-style data sets, a collate function and a step function."""
+    """What the loop trains: a model, map-style data sets, a collate function and a step function.
+
+    ``derived`` turns an evaluation's means into metrics that are not means over examples (F1 from the
+    rates of true/false positives and false negatives); they are logged and can select the best step.
+    """
 
     model: nn.Module
     train: Sequence
@@ -50,6 +56,7 @@ class Task:
     dev: Sequence | None = None
     test: Sequence | None = None
     name: str = "task"
+    derived: DerivedFn | None = None
 
 
 def _dist() -> tuple[int, int]:
@@ -135,7 +142,8 @@ def evaluate(
     vec = torch.tensor([v for k in keys for v in sums.get(k, [0.0, 0.0])], dtype=torch.float64)
     if world > 1:
         dist.all_reduce(vec)
-    return {k: float(vec[2 * i] / max(vec[2 * i + 1], 1)) for i, k in enumerate(keys)}
+    res = {k: float(vec[2 * i] / max(vec[2 * i + 1], 1)) for i, k in enumerate(keys)}
+    return res | task.derived(res) if task.derived is not None else res
 
 
 def train(
@@ -228,7 +236,12 @@ def train(
         if task.dev is not None and (done % cfg.eval_every == 0 or done == cfg.steps):
             res = evaluate(task, model, task.dev, cfg, rank=rank, world=world)
             log.write({"step": done, "split": "dev", **res})
-            if cfg.metric in res and (best is None or better(res[cfg.metric], best)):
+            if cfg.metric not in res:
+                raise ValueError(
+                    f"the selection metric {cfg.metric!r} is not among the dev metrics {sorted(res)}; "
+                    "set TrainConfig.metric to one of them"
+                )
+            if best is None or better(res[cfg.metric], best):
                 best, best_step = res[cfg.metric], done
                 if rank == 0:
                     save_weights(out_dir / "best.safetensors", model)
