@@ -63,6 +63,33 @@ def median_time_ms(
     return 1e3 * statistics.median(times)
 
 
+def median_time_and_gemm_rate(
+    fn: Callable[[], object], *, repeats: int = 5, budget_s: float = 20.0, warmup: int = 1, size: int = 2048
+) -> tuple[float, float]:
+    """Median wall time (ms) of ``fn`` and median fp32 GFLOP/s of a square ``size`` matmul timed alternately.
+
+    Why: the speed of a shared VM drifts within minutes (a run's GEMM rate measured 186 GFLOP/s before
+    and 100 after); a FLOP floor whose rate is measured call by call beside the case compares like with like.
+    """
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    for _ in range(warmup):
+        fn()
+        a @ b
+    times: list[float] = []
+    rates: list[float] = []
+    start = time.perf_counter()
+    while len(times) < repeats:
+        t0 = time.perf_counter()
+        a @ b
+        t1 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t1)
+        rates.append(2 * size**3 / (t1 - t0) / 1e9)
+        if time.perf_counter() - start > budget_s:
+            break
+    return 1e3 * statistics.median(times), statistics.median(rates)
+
+
 def gemm_gflops(size: int = 2048, repeats: int = 7) -> float:
     """fp32 GFLOP/s of a large square ``torch.matmul`` on this machine (the FLOP floor's denominator)."""
     a, b = torch.randn(size, size), torch.randn(size, size)

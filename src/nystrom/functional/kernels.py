@@ -16,6 +16,8 @@ thread (see ``parallel.py``) and steps through its range in cache-sized chunks w
 reads q/k/v through their strides (head views of a fused projection need no copy) and writes results
 into heads-interleaved buffers, so no (n, m) or (m, n) matrix is ever alive, forward or backward.
 Masked keys get probability exactly 0 via ``masked_fill`` (so any finite garbage at padding is inert).
+Scores are in base 2 and exponentiated without a row max when every row sum stays in [2⁻⁶⁴, 2⁶⁴]
+(softmax is shift-invariant); otherwise the chunk (short-key) or the call (long-key) is redone with it.
 On other devices, and below ``*_MIN_N`` tokens on CPU, the same maths runs through the fused
 ``scaled_dot_product_attention`` (flash attention: O(n) memory too, and faster for short sequences).
 """
