@@ -242,6 +242,20 @@ def test_kernels_unshifted_fast_path_and_max_shifted_fallback(monkeypatch, scale
     assert (calls["short"] > 0, calls["long"] > 0) == (shifted, shifted), calls
 
 
+def test_gradcheck_kernels_through_the_max_shifted_path(monkeypatch):
+    monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
+    monkeypatch.setattr(kernels, "LONG_MIN_N", 1)
+    monkeypatch.setattr(kernels, "_sums_in_range", lambda tot: False)  # force the fallback everywhere
+    q = torch.randn(1, 2, 6, 3, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, 6, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 6, 4, dtype=torch.float64, requires_grad=True)
+    mask = right_pad_mask([5], 6)
+    assert torch.autograd.gradcheck(lambda q, k, v: short_key_attention(q, k, v, scale=0.9), (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: long_key_attention(q, k, v, key_mask=mask, scale=0.9), (q, k, v)
+    )
+
+
 def test_fused_gradients_match_materialized_fp32():
     q, k, v = (t.requires_grad_() for t in qkv(n=70, dtype=torch.float32))
     g = torch.randn(2, 3, 70, 8)
