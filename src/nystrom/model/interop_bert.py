@@ -17,7 +17,7 @@ from nystrom.model.checkpoint import CheckpointError, read_json, read_weights
 from nystrom.model.config import ACTIVATIONS, NystromformerConfig, normalize_attention
 from nystrom.model.encoder import NystromformerModel, NystromformerPreTrainedModel
 from nystrom.model.heads import NystromformerForMaskedLM, NystromformerForPreTraining
-from nystrom.model.interop_hf import load_bertlike
+from nystrom.model.interop_keys import load_bertlike
 
 #: the default attention of :func:`from_bert`: Nyström, 64 landmarks, no conv skip (BERT has none)
 DEFAULT_BERT_ATTENTION: dict[str, Any] = {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": None}
