@@ -159,7 +159,9 @@ class _ShortKeyAttention(torch.autograd.Function):
         )
 
 
-def _long_forward(qs, k, v, key_mask, *, shifted: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _long_forward(
+    qs: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, *, shifted: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(qs kᵀ) v over base-2 scores; returns out (b, h, m, dv) and log2-sum-exp2 (b, h, m, 1).
 
     Split-K over key ranges, all heads of a key chunk at once (flash-decoding): one item streams a
