@@ -14,7 +14,7 @@ import sys
 import torch
 from torch import nn
 
-from nystrom.training import Task, TrainConfig, train
+from nystrom.training import Task, TrainConfig, shutdown_distributed, train
 
 
 class ToyModel(nn.Module):
@@ -87,4 +87,5 @@ if __name__ == "__main__":
     res = train(task, config(grad_accum=a.grad_accum), a.out, progress=False)
     if int(os.environ.get("RANK", "0")) == 0:
         print(res)
+    shutdown_distributed()
     sys.exit(0)

@@ -37,7 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    code = int(args.func(args) or 0)
+    if "nystrom.training.loop" in sys.modules:  # a training command ran: leave its torchrun group cleanly
+        from nystrom.training.loop import shutdown_distributed
+
+        shutdown_distributed()
+    return code
 
 
 if __name__ == "__main__":

@@ -181,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nystrom")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    code = int(args.func(args) or 0)
+    from nystrom.training.loop import shutdown_distributed
+
+    shutdown_distributed()  # under torchrun: leave the process group before exit (see its docstring)
+    return code
 
 
 if __name__ == "__main__":
