@@ -15,7 +15,12 @@ from nystrom.training.logging import read_metrics
 from toy_task import config, make_task
 
 TOY = str(Path(__file__).parent / "toy_task.py")
-ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
+# tests/ first, then the caller's PYTHONPATH: a checkout run with PYTHONPATH=src tests its own package
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p),
+    "OMP_NUM_THREADS": "1",
+}
 
 
 def _weights(out: Path) -> dict:
