@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from nystrom.data import DataFileError
 from nystrom.data.lra.listops import (
     OPERATORS,
     ListOpsConfig,
@@ -190,7 +191,25 @@ def test_malformed_tsv_names_file_and_line(tmp_path: Path, content: str, message
 def test_unknown_symbol_and_missing_file(tmp_path: Path) -> None:
     path = tmp_path / "basic_train.tsv"
     path.write_text("Source\tTarget\n[MAX 1 ]\t1\n[MAX 1 x ]\t1\n")
-    with pytest.raises(ValueError, match="basic_train.tsv line 3: unknown ListOps symbol 'x'"):
+    with pytest.raises(DataFileError, match="basic_train.tsv line 3: unknown ListOps symbol 'x'"):
         load_listops_file(path)
     with pytest.raises(FileNotFoundError, match="basic_test.tsv"):
         load_listops(tmp_path, split="test")
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"Source\tTarget\r\n", r"basic_train.tsv: no examples after the header \(an empty split\)"),
+        (b"Source\tTarget\n[MAX 1 ]\t1\n( ( ) )\t1\n", "basic_train.tsv line 3: empty example"),
+        (b"Source\tTarget\n\t1\n", "basic_train.tsv line 2: empty example"),
+        (b"Source\tTarget\n[MAX 1 ]\t1\n[MAX \xff ]\t1\n", "basic_train.tsv line 3: not UTF-8 text"),
+        (b"\xef\xbb\xbfSource\tTarget\n", "basic_train.tsv line 1: expected the header"),
+    ],
+)
+def test_empty_split_empty_example_and_bad_bytes(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "basic_train.tsv"
+    path.write_bytes(content)
+    with pytest.raises(DataFileError, match=message) as err:
+        load_listops_file(path)
+    assert err.value.path == path

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from nystrom.data import DataFileError
+from nystrom.data.lra.cifar import cifar_to_grey, load_cifar10, read_cifar_batch
 from nystrom.data.lra.commands import register
 from nystrom.data.lra.listops import read_listops_tsv
 from nystrom.data.lra.listops_eval import evaluate_listops
-from nystrom.data.lra.loaders import cifar_to_grey, load_aan, load_cifar10, load_imdb
+from nystrom.data.lra.loaders import load_aan, load_imdb
 from nystrom.data.lra.pathfinder_io import read_metadata
 from nystrom.data.lra.tokenize import decode_bytes, encode_bytes
 
@@ -54,8 +58,17 @@ def test_imdb_missing_and_empty_folders(tmp_path: Path) -> None:
         load_imdb(tmp_path / "nope", split="train")
     for f in (base / "test" / "pos").iterdir():
         f.unlink()
-    with pytest.raises(ValueError, match=r"test/pos holds no .txt reviews"):
+    with pytest.raises(DataFileError, match=r"test/pos: holds no .txt reviews \(an empty split\)"):
         load_imdb(base, split="test")
+
+
+@pytest.mark.parametrize("content", [b"", b" \n\t "])
+def test_imdb_empty_review_names_the_file(tmp_path: Path, content: bytes) -> None:
+    base = _imdb(tmp_path)
+    (base / "train" / "pos" / "7_8.txt").write_bytes(content)
+    with pytest.raises(DataFileError, match=r"train/pos/7_8.txt: empty review") as err:
+        load_imdb(base, split="train")
+    assert err.value.path == base / "train" / "pos" / "7_8.txt" and err.value.line is None
 
 
 def _aan(root: Path, lines: list[bytes], split: str = "train") -> None:
@@ -79,14 +92,25 @@ def test_aan_pairs(tmp_path: Path) -> None:
         (b"1\tP1\tP2\tonly four", "new_aan_pairs.train.tsv line 2: expected 5 tab-separated fields, got 4"),
         (b"yes\tP1\tP2\ta\tb", "new_aan_pairs.train.tsv line 2: label must be 0 or 1, got 'yes'"),
         (b"2\tP1\tP2\ta\tb", "new_aan_pairs.train.tsv line 2: label must be 0 or 1"),
+        (b"nan\tP1\tP2\ta\tb", "new_aan_pairs.train.tsv line 2: label must be 0 or 1"),
+        (b"1\tP1\tP2\t\tb", "new_aan_pairs.train.tsv line 2: empty example: text field 4 is blank"),
+        (b"1\tP1\tP2\ta\t  ", "new_aan_pairs.train.tsv line 2: empty example: text field 5 is blank"),
+        (b"", "new_aan_pairs.train.tsv line 2: expected 5 tab-separated fields, got 1"),
     ],
 )
 def test_aan_malformed_lines(tmp_path: Path, line: bytes, message: str) -> None:
     _aan(tmp_path, [b"0\tA\tB\tx\ty", line])
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(DataFileError, match=message) as err:
         load_aan(tmp_path, split="train")
+    assert err.value.line == 2 and err.value.path.name == "new_aan_pairs.train.tsv"
     with pytest.raises(FileNotFoundError, match="new_aan_pairs.test.tsv"):
         load_aan(tmp_path, split="test")
+
+
+def test_aan_empty_file(tmp_path: Path) -> None:
+    (tmp_path / "new_aan_pairs.train.tsv").write_bytes(b"")
+    with pytest.raises(DataFileError, match="new_aan_pairs.train.tsv line 1: empty file"):
+        load_aan(tmp_path, split="train")
 
 
 def _cifar(root: Path, n: int = 4) -> Path:
@@ -131,12 +155,105 @@ def test_cifar_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="data_batch_3"):
         load_cifar10(base, split="train", train_size=10)
     (base / "test_batch").write_bytes(b"not a pickle")
-    with pytest.raises(ValueError, match="test_batch: not a CIFAR-10 python pickle"):
+    with pytest.raises(DataFileError, match="test_batch: not a CIFAR-10 python pickle"):
         load_cifar10(base, split="test")
-    with open(base / "test_batch", "wb") as f:
-        pickle.dump({b"data": np.zeros((2, 10), dtype=np.uint8), b"labels": [0, 1]}, f)
-    with pytest.raises(ValueError, match=r"test_batch: expected b'data' \(N, 3072\)"):
+    cases = [
+        (
+            {b"data": np.zeros((2, 10), dtype=np.uint8), b"labels": [0, 1]},
+            r"expected b'data' as an \(N, 3072\)",
+        ),
+        ({b"data": np.zeros((2, 3072), dtype=np.int16), b"labels": [0, 1]}, r"\(N, 3072\) uint8 array, got"),
+        ({b"data": np.zeros((2, 3072), dtype=np.uint8), b"labels": [0, 10]}, "list of ints in 0..9"),
+        ({b"data": np.zeros((2, 3072), dtype=np.uint8), b"labels": [0, True]}, "list of ints in 0..9"),
+        ({b"data": np.zeros((2, 3072), dtype=np.uint8), b"labels": [0]}, "2 images but 1 labels"),
+        ({b"data": np.zeros((0, 3072), dtype=np.uint8), b"labels": []}, "the batch holds no images"),
+        ([1, 2], "expected a dict with keys b'data' and b'labels'"),
+    ]
+    for batch, message in cases:
+        with open(base / "test_batch", "wb") as f:
+            pickle.dump(batch, f)
+        with pytest.raises(DataFileError, match=message) as err:
+            load_cifar10(base, split="test")
+        assert err.value.path == base / "test_batch"
+
+
+class _Payload:
+    """Unpickling this creates ``target``: the attack a crafted data_batch_1 could carry."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.target}",)
+
+
+def test_cifar_pickle_cannot_run_code(tmp_path: Path) -> None:
+    base = _cifar(tmp_path)
+    proof = tmp_path / "proof"
+    pickle.loads(pickle.dumps(_Payload(proof)))  # the payload is live under a plain unpickler
+    assert proof.exists()
+    target = tmp_path / "pwned"
+    batch = {b"data": np.zeros((4, 3072), dtype=np.uint8), b"labels": [0, 1, 2, 3], b"x": _Payload(target)}
+    for protocol in (2, 4, 5):
+        (base / "data_batch_1").write_bytes(pickle.dumps(batch, protocol=protocol))
+        with pytest.raises(
+            DataFileError, match=r"data_batch_1: refused to load: the pickle names posix.system"
+        ):
+            load_cifar10(base, split="train", train_size=10)
+        assert not target.exists()
+    encoded = pickle.dumps(b"\x00", protocol=2).replace(b"latin1", b"zlib__")  # _codecs.encode, other codec
+    (base / "test_batch").write_bytes(encoded)
+    with pytest.raises(DataFileError, match="_codecs.encode is admitted only as"):
         load_cifar10(base, split="test")
+
+
+def _py2_batch(data: np.ndarray, labels: list[int]) -> bytes:
+    """A batch pickled as the official files are (Python 2 cPickle, protocol 2, numpy 1.x names):
+    ``str`` as (SHORT_)BINSTRING, the array as ``numpy.core.multiarray._reconstruct`` + BUILD state."""
+
+    def s(b: bytes) -> bytes:
+        return b"U" + bytes([len(b)]) + b if len(b) < 256 else b"T" + struct.pack("<i", len(b)) + b
+
+    def i(v: int) -> bytes:
+        return b"K" + bytes([v]) if 0 <= v < 256 else b"M" + struct.pack("<H", v)
+
+    dtype = b"cnumpy\ndtype\n" + s(b"u1") + i(0) + i(1) + b"\x87R(" + i(3) + s(b"|") + b"NNN"
+    dtype += b"J\xff\xff\xff\xffJ\xff\xff\xff\xff" + i(0) + b"tb"
+    array = b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n" + i(0) + b"\x85" + s(b"b") + b"\x87R"
+    array += (
+        b"("
+        + i(1)
+        + i(data.shape[0])
+        + i(data.shape[1])
+        + b"\x86"
+        + dtype
+        + b"\x89"
+        + s(data.tobytes())
+        + b"tb"
+    )
+    out = b"\x80\x02}(" + s(b"batch_label") + s(b"testing batch 1 of 1") + s(b"labels") + b"]("
+    return out + b"".join(i(y) for y in labels) + b"e" + s(b"data") + array + b"u."
+
+
+@pytest.mark.parametrize("protocol", ["py2", 2, 4, 5])
+def test_cifar_reads_genuine_numpy_pickles(tmp_path: Path, protocol: int | str) -> None:
+    data = np.random.default_rng(1).integers(0, 256, size=(3, 3072), dtype=np.uint8)
+    path = tmp_path / "test_batch"
+    if protocol == "py2":
+        path.write_bytes(_py2_batch(data, [9, 0, 4]))
+    else:
+        batch = {b"batch_label": b"testing batch 1 of 1", b"labels": [9, 0, 4], b"data": data}
+        batch[b"filenames"] = [b"a.png", b"b.png", b"c.png"]
+        path.write_bytes(pickle.dumps(batch, protocol=protocol))
+    got, labels = read_cifar_batch(path)
+    assert np.array_equal(got, data) and labels.tolist() == [9, 0, 4] and labels.dtype == np.int64
+
+
+def test_cifar_declared_sizes_allocate_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "test_batch"
+    path.write_bytes(b"\x80\x04\x8e" + struct.pack("<Q", 1 << 60) + b"abc")  # BINBYTES8 of 2**60 bytes
+    with pytest.raises(DataFileError, match="test_batch: not a CIFAR-10 python pickle"):
+        read_cifar_batch(path)
 
 
 def test_encode_bytes_round_trip() -> None:

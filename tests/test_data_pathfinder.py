@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from nystrom.data import DataFileError
 from nystrom.data.lra.pathfinder import PathfinderConfig
 from nystrom.data.lra.pathfinder_io import generate_pathfinder, load_pathfinder, read_metadata
 from nystrom.data.lra.pathfinder_sample import sample_pathfinder
-from nystrom.data.lra.png import decode_png, encode_png, read_png, write_png
+from nystrom.data.lra.png import read_png, write_png
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +95,21 @@ def test_png_round_trip_and_matplotlib_agrees(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     for shape in [(32, 32), (1, 7), (5, 1), (17, 3)]:
         image = rng.integers(0, 256, size=shape, dtype=np.uint8)
-        assert np.array_equal(decode_png(encode_png(image)), image)
-    image = rng.integers(0, 256, size=(32, 32), dtype=np.uint8)
-    write_png(tmp_path / "a.png", image)
-    theirs = mpimg.imread(tmp_path / "a.png")  # an independent decoder
-    assert np.array_equal(np.rint(theirs * 255).astype(np.uint8), image)
+        write_png(tmp_path / "a.png", image)
+        assert np.array_equal(read_png(tmp_path / "a.png", shape=shape), image)
+        theirs = mpimg.imread(tmp_path / "a.png")  # an independent decoder
+        assert np.array_equal(np.rint(theirs * 255).astype(np.uint8), image)
+    with pytest.raises(ValueError, match="non-empty"):
+        write_png(tmp_path / "b.png", np.zeros((0, 3), dtype=np.uint8))
+
+
+def _chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def _png(width: int, height: int, idat: bytes, *, depth: int = 8, ctype: int = 0) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, ctype, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", idat) + _chunk(b"IEND", b"")
 
 
 def _filtered_png(image: np.ndarray, ftype: int) -> bytes:
@@ -121,64 +132,145 @@ def _filtered_png(image: np.ndarray, ftype: int) -> bytes:
             pred = [0, a, b, (a + b) // 2, paeth][ftype]
             out.append((img[y, x] - pred) % 256)
         rows.append(bytes([ftype, *out]))
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", ihdr)
-        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
-        + chunk(b"IEND", b"")
-    )
+    return _png(w, h, zlib.compress(b"".join(rows)))
 
 
 @pytest.mark.parametrize("ftype", [0, 1, 2, 3, 4])
-def test_png_decoder_handles_every_filter(ftype: int) -> None:
+def test_png_reader_handles_every_filter(tmp_path: Path, ftype: int) -> None:
     image = np.random.default_rng(ftype).integers(0, 256, size=(9, 13), dtype=np.uint8)
-    assert np.array_equal(decode_png(_filtered_png(image, ftype)), image)
+    (tmp_path / "f.png").write_bytes(_filtered_png(image, ftype))
+    assert np.array_equal(read_png(tmp_path / "f.png"), image)
 
 
 def test_png_errors_name_the_file(tmp_path: Path) -> None:
     rgba = tmp_path / "rgba.png"
     mpimg.imsave(rgba, np.zeros((4, 4)), cmap="gray")  # matplotlib writes RGBA
-    with pytest.raises(ValueError, match=r"rgba.png: only 8-bit greyscale"):
+    with pytest.raises(
+        DataFileError, match=r"rgba.png: expected an 8-bit greyscale PNG \(mode 'L'\), got mode 'RGBA'"
+    ):
         read_png(rgba)
-    data = bytearray(encode_png(np.zeros((4, 4), dtype=np.uint8)))
-    data[30] ^= 0xFF
-    with pytest.raises(ValueError, match="bad.png: CRC mismatch"):
-        decode_png(bytes(data), name="bad.png")
-    with pytest.raises(ValueError, match="not a PNG"):
-        decode_png(b"hello", name="x.png")
+    write_png(tmp_path / "bad.png", np.zeros((4, 4), dtype=np.uint8))
+    data = bytearray((tmp_path / "bad.png").read_bytes())
+    data[30] ^= 0xFF  # inside IHDR: its CRC no longer matches
+    (tmp_path / "bad.png").write_bytes(bytes(data))
+    with pytest.raises(DataFileError, match="bad.png: not a readable PNG"):
+        read_png(tmp_path / "bad.png")
+    (tmp_path / "x.png").write_bytes(b"hello")
+    with pytest.raises(DataFileError, match="x.png: not a readable PNG"):
+        read_png(tmp_path / "x.png")
+    (tmp_path / "cut.png").write_bytes(_filtered_png(np.ones((8, 8), dtype=np.uint8), 0)[:-30])
+    with pytest.raises(DataFileError, match="cut.png: not a readable PNG"):
+        read_png(tmp_path / "cut.png")
+    with pytest.raises(FileNotFoundError, match="nope.png"):
+        read_png(tmp_path / "nope.png")
+
+
+def test_png_size_is_checked_before_inflating(tmp_path: Path) -> None:
+    """A 125 kB file declaring 64000 x 64000 pixels (4 GB) with 128 MB of zeros behind it: refused from
+    the header, by the expected size or by Pillow's decompression-bomb limit, before any pixel is decoded."""
+    stream = zlib.compressobj(9)
+    row = b"\x00" * 64001  # filter byte + one row
+    idat = b"".join(stream.compress(row) for _ in range(2000)) + stream.flush()
+    bomb = tmp_path / "bomb.png"
+    bomb.write_bytes(_png(64000, 64000, idat))
+    assert bomb.stat().st_size < 200_000
+    with pytest.raises(
+        DataFileError, match=r"bomb.png: expected a 32x32 image, the file declares 64000x64000|bomb"
+    ):
+        read_png(bomb, shape=(32, 32))
+    with pytest.raises(DataFileError, match=r"bomb.png: refused as a decompression bomb"):
+        read_png(bomb)
+    small = tmp_path / "wide.png"  # under Pillow's limit, but not the size the task expects
+    write_png(small, np.zeros((32, 64), dtype=np.uint8))
+    with pytest.raises(DataFileError, match=r"wide.png: expected a 32x32 image, the file declares 32x64"):
+        read_png(small, shape=(32, 32))
 
 
 def test_metadata_errors_name_file_and_line(tmp_path: Path, folder: Path) -> None:
     meta = tmp_path / "0.npy"
     meta.write_text("imgs/0 sample_0.png 0 1\nimgs/0 sample_1.png 1\n")
-    with pytest.raises(ValueError, match="0.npy line 2: expected at least 4 space-separated fields, got 3"):
+    with pytest.raises(
+        DataFileError, match="0.npy line 2: expected at least 4 space-separated fields, got 3"
+    ):
         read_metadata(meta)
     meta.write_text("imgs/0 sample_0.png 0 7\n")
-    with pytest.raises(ValueError, match="0.npy line 1: label"):
+    with pytest.raises(DataFileError, match="0.npy line 1: label"):
+        read_metadata(meta)
+    meta.write_bytes(b"imgs/0 sample_0.png 0 1\nimgs/0 sample_\xff.png 1 0\n")
+    with pytest.raises(DataFileError, match="0.npy line 2: not UTF-8 text"):
+        read_metadata(meta)
+    meta.write_bytes(b"\n\n")
+    with pytest.raises(DataFileError, match="0.npy: empty metadata file"):
         read_metadata(meta)
     np.save(tmp_path / "arr.npy", np.array([["imgs/0", "sample_0.png", "0", "1", "1.0"]]))
     assert read_metadata(tmp_path / "arr.npy") == [("imgs/0", "sample_0.png", 1)]
+    np.save(tmp_path / "num.npy", np.zeros((2, 4)))
+    with pytest.raises(DataFileError, match="num.npy: not a readable .npy string array"):
+        read_metadata(tmp_path / "num.npy")
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(1, dtype="U20"))
+    header["shape"] = (10**12,)  # 80 TB declared, 100 bytes held: refused before allocating
+    with open(tmp_path / "huge.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, header)
+        f.write(b"x" * 100)
+    with pytest.raises(DataFileError, match="huge.npy: .* more than the file holds"):
+        read_metadata(tmp_path / "huge.npy")
     with pytest.raises(FileNotFoundError, match="metadata"):
         load_pathfinder(tmp_path / "nowhere", split="train")
 
 
-def test_missing_and_empty_images(tmp_path: Path) -> None:
+def _one_batch(tmp_path: Path, lines: str) -> Path:
     root = tmp_path / "curv_baseline"
-    (root / "imgs" / "0").mkdir(parents=True)
-    (root / "metadata").mkdir()
+    (root / "imgs" / "0").mkdir(parents=True, exist_ok=True)
+    (root / "metadata").mkdir(exist_ok=True)
     write_png(root / "imgs" / "0" / "sample_0.png", np.full((32, 32), 7, dtype=np.uint8))
     (root / "imgs" / "0" / "sample_1.png").write_bytes(b"")
-    (root / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 1\nimgs/0 sample_1.png 1 0\n")
-    ds = load_pathfinder(tmp_path, split="test", difficulty=6)  # [90%:] of 2 rows = the last row, empty
-    assert len(ds) == 0 and ds.skipped == 1
-    (root / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 1\nimgs/0 sample_9.png 1 0\n")
+    (root / "metadata" / "0.npy").write_text(lines)
+    return root
+
+
+def test_missing_and_empty_images(tmp_path: Path) -> None:
+    _one_batch(tmp_path, "imgs/0 sample_0.png 0 1\nimgs/0 sample_1.png 1 0\n")
+    train = load_pathfinder(tmp_path, split="train", difficulty=6)  # [:80%] of 2 rows = the first row
+    assert len(train) == 1 and train.skipped == 0
+    # [90%:] of 2 rows = the last row, an empty PNG: an empty split is an error before training, not after
+    with pytest.raises(
+        DataFileError, match=r"metadata: the test split holds no image: all 1 of its PNGs are empty"
+    ):
+        load_pathfinder(tmp_path, split="test", difficulty=6)
+    with pytest.raises(DataFileError, match=r"sample_1.png: not a readable PNG"):
+        load_pathfinder(tmp_path, split="test", difficulty=6, skip_empty_images=False)
+    _one_batch(tmp_path, "imgs/0 sample_0.png 0 1\nimgs/0 sample_9.png 1 0\n")
     with pytest.raises(FileNotFoundError, match="0.npy line 2: image not found"):
         load_pathfinder(tmp_path, split="test", difficulty=6)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "../../../etc passwd 0 1",
+        "imgs/0 ../../../../secret.png 0 1",
+        "/etc passwd 0 1",
+        "imgs/0 /etc/passwd 0 1",
+        "..\\..\\x sample_0.png 0 1",
+        "C:/x sample_0.png 0 1",
+    ],
+)
+def test_metadata_paths_stay_inside_the_folder(tmp_path: Path, line: str) -> None:
+    root = _one_batch(tmp_path / "pf", f"imgs/0 sample_0.png 0 1\n{line}\n")
+    outside = tmp_path / "secret.png"  # a real PNG outside the folder must not be read either
+    write_png(outside, np.zeros((32, 32), dtype=np.uint8))
+    with pytest.raises(DataFileError, match=r"0.npy line 2: path .* leaves the folder") as err:
+        load_pathfinder(root, split="test", difficulty=None)
+    assert err.value.line == 2 and err.value.path == root / "metadata" / "0.npy"
+
+
+def test_pathfinder_png_of_the_wrong_size(tmp_path: Path) -> None:
+    root = _one_batch(tmp_path, "imgs/0 sample_0.png 0 1\n")
+    write_png(root / "imgs" / "0" / "sample_0.png", np.zeros((64, 64), dtype=np.uint8))
+    with pytest.raises(DataFileError, match=r"sample_0.png: expected a 32x32 image, the file declares 64x64"):
+        load_pathfinder(root, split="test", difficulty=None)  # [90%:] of one row is that row
+    with pytest.raises(DataFileError, match=r"the train split holds no image: too few images listed"):
+        load_pathfinder(root, split="train", difficulty=None)  # [:80%] of one row is empty
 
 
 def _joined(drawn: np.ndarray, a: tuple[int, int], b: tuple[int, int], reach: int) -> bool:

@@ -1,5 +1,10 @@
 """Data for the paper's experiments; :mod:`nystrom.data.lra` holds the Long Range Arena tasks.
 
 Sub-packages are imported explicitly (``from nystrom.data.lra import load_listops``) so that importing
-``nystrom.data`` stays cheap.
+``nystrom.data`` stays cheap. Every reader reports a file it cannot use as :class:`DataFileError` (a
+``ValueError`` naming the file and line) and a missing one as ``FileNotFoundError``.
 """
+
+from nystrom.data.files import DataFileError
+
+__all__ = ["DataFileError"]

@@ -11,6 +11,7 @@ space). Examples are encoded as ``[CLS] a [SEP] (b [SEP])`` with longest-first t
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from nystrom.data.files import DataFileError, decode_text_file
 from nystrom.data.text import TextTokenizer
 
 FINETUNE_TASKS = ("sst2", "mrpc", "qnli", "qqp", "mnli", "imdb")
@@ -78,31 +80,39 @@ def task_folder(root: str | os.PathLike[str], task: str) -> Path:
 
 
 def read_tsv(path: Path, *, display: str) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """Header and ``(line number, fields)`` rows of a GLUE TSV; ``display`` names the file in errors."""
+    """Header and ``(line number, fields)`` rows of a GLUE TSV; ``display`` names the file when missing.
+
+    Raises :class:`~nystrom.data.DataFileError` (file and line) for an empty file, undecodable bytes, a NUL
+    or an over-long field, or a row whose field count differs from the header's.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"{display}: file not found ({path})")
     csv.field_size_limit(1 << 24)
+    text = decode_text_file(path.read_bytes(), path)  # MRPC's files start with a BOM
     rows: list[tuple[int, list[str]]] = []
-    with open(path, encoding="utf-8-sig", newline="") as f:  # MRPC's files start with a BOM
-        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
+    try:
         header = next(reader, None)
         if header is None:
-            raise ValueError(f"{display}: the file is empty (expected a header line)")
+            raise DataFileError(path, "the file is empty (expected a header line)", line=1)
         for fields in reader:
             if not fields:
                 continue  # trailing empty line
             if len(fields) != len(header):
-                raise ValueError(
-                    f"{display} line {reader.line_num}: expected {len(header)} tab-separated fields,"
-                    f" got {len(fields)}"
+                raise DataFileError(
+                    path,
+                    f"expected {len(header)} tab-separated fields, got {len(fields)}",
+                    line=reader.line_num,
                 )
             rows.append((reader.line_num, fields))
+    except csv.Error as exc:
+        raise DataFileError(path, f"not a readable TSV ({exc})", line=reader.line_num) from None
     return header, rows
 
 
-def _column(header: list[str], name: str, display: str) -> int:
+def _column(header: list[str], name: str, path: Path) -> int:
     if name not in header:
-        raise ValueError(f"{display}: no column {name!r} in the header {header}")
+        raise DataFileError(path, f"no column {name!r} in the header {header}", line=1)
     return header.index(name)
 
 
@@ -110,19 +120,24 @@ def load_glue_file(root: str | os.PathLike[str], task: str, filename: str, *, la
     """One GLUE TSV (``train.tsv``, ``dev*.tsv`` with labels; ``test*.tsv`` without)."""
     spec = GLUE_SPECS[task]
     folder = task_folder(root, task)
-    display = f"{spec.folder}/{filename}"
-    header, rows = read_tsv(folder / filename, display=display)
-    ca = _column(header, spec.text_a, display)
-    cb = _column(header, spec.text_b, display) if spec.text_b else None
+    path = folder / filename
+    header, rows = read_tsv(path, display=f"{spec.folder}/{filename}")
+    if not rows:
+        raise DataFileError(path, "no examples after the header (an empty split)")
+    ca = _column(header, spec.text_a, path)
+    cb = _column(header, spec.text_b, path) if spec.text_b else None
     ci = next((header.index(c) for c in ("index", "id") if c in header), None)
+    for line, fields in rows:
+        if not any(fields[c].strip() for c in (ca, cb) if c is not None):
+            raise DataFileError(path, "empty example: no text in its text column(s)", line=line)
     labels: list[int] | None = None
     if labelled:
-        cl = _column(header, spec.label, display)
+        cl = _column(header, spec.label, path)
         labels = []
         for line, fields in rows:
             if fields[cl] not in spec.labels:
-                raise ValueError(
-                    f"{display} line {line}: label {fields[cl]!r} is not one of {list(spec.labels)}"
+                raise DataFileError(
+                    path, f"label {fields[cl][:40]!r} is not one of {list(spec.labels)}", line=line
                 )
             labels.append(spec.labels.index(fields[cl]))
     return Examples(
@@ -148,10 +163,13 @@ def load_imdb_reviews(root: str | os.PathLike[str], split: str) -> Examples:
             )
         files = sorted(folder.glob("*.txt"), key=lambda p: (len(p.stem), p.stem))
         if not files:
-            raise ValueError(f"IMDB folder {folder} holds no .txt reviews")
+            raise DataFileError(folder, "holds no .txt reviews (an empty split)")
         for f in files:
+            text = re.sub(r"<br\s*/?>", " ", decode_text_file(f.read_bytes(), f))
+            if not text.strip():
+                raise DataFileError(f, "empty review (no text)")
             index.append(f"{name}/{f.stem}")
-            texts.append(re.sub(r"<br\s*/?>", " ", f.read_text(encoding="utf-8")))
+            texts.append(text)
             labels.append(label)
     return Examples(f"imdb/{split}", index, texts, None, labels, IMDB_LABELS)
 

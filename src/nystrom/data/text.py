@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from nystrom.data.files import DataFileError, decode_text_file, utf8_lines
+
 DOC_MODES = ("blank", "file")
 CACHE_VERSION = 1
 _ENCODE_CHUNK = 4096  # lines tokenised per encode_batch call: bounds memory, keeps the Rust side busy
@@ -74,7 +76,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TextTokenizer:
     try:
         tok = Tokenizer.from_file(str(path))
     except Exception as err:  # the Rust side raises a bare Exception for malformed files
-        raise ValueError(f"{path}: not a HF tokenizers tokenizer.json ({err})") from err
+        raise DataFileError(path, f"not a HF tokenizers tokenizer.json ({err})") from err
     # tokenizer.json files often ship fixed padding/truncation (MiniLM: 128); both would corrupt the corpus
     tok.no_padding()
     tok.no_truncation()
@@ -82,7 +84,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TextTokenizer:
     for role, names in _SPECIAL_NAMES.items():
         found = [tok.token_to_id(n) for n in names if tok.token_to_id(n) is not None]
         if not found:
-            raise ValueError(f"{path}: the vocabulary has no {role} token (looked for {list(names)})")
+            raise DataFileError(path, f"the vocabulary has no {role} token (looked for {list(names)})")
         ids[role] = found[0]
     return TextTokenizer(
         tokenizer=tok,
@@ -121,21 +123,21 @@ def train_wordpiece(
 
 
 def iter_documents(path: Path, *, doc_mode: str) -> Iterator[list[str]]:
-    """The documents of one file as lists of stripped non-empty lines (segments), streamed."""
+    """The documents of one UTF-8 file as lists of stripped non-empty lines (segments), streamed.
+
+    Raises :class:`~nystrom.data.DataFileError` naming the file and line of an undecodable byte.
+    """
     if doc_mode not in DOC_MODES:
         raise ValueError(f"doc_mode must be one of {DOC_MODES}, got {doc_mode!r}")
     doc: list[str] = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        try:
-            for line in f:
-                line = line.strip()
-                if line:
-                    doc.append(line)
-                elif doc_mode == "blank" and doc:
-                    yield doc
-                    doc = []
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not UTF-8 text ({err})") from err
+    for _, text in utf8_lines(Path(path)):
+        for line in text.split("\r"):  # as universal newlines: a lone \r also ends a line
+            line = line.strip()
+            if line:
+                doc.append(line)
+            elif doc_mode == "blank" and doc:
+                yield doc
+                doc = []
     if doc:
         yield doc
 
@@ -149,6 +151,23 @@ def _cache_key(files: Sequence[Path], tokenizer: TextTokenizer, doc_mode: str) -
     }
 
 
+def _read_cache_meta(path: Path) -> dict:
+    """A token cache's ``meta.json``; a torn or foreign one is a :class:`DataFileError` (delete the cache)."""
+    try:
+        meta = json.loads(decode_text_file(path.read_bytes(), path))
+    except json.JSONDecodeError as err:
+        raise DataFileError(path, f"not JSON ({err.msg}); delete the cache folder", line=err.lineno) from None
+    ok = (
+        isinstance(meta, dict)
+        and meta.get("dtype") in ("uint16", "uint32")
+        and type(meta.get("num_tokens")) is int
+        and meta["num_tokens"] >= 0
+    )
+    if not ok:
+        raise DataFileError(path, "not a token-cache meta.json (dtype, num_tokens); delete the cache folder")
+    return meta
+
+
 class TokenizedCorpus:
     """A tokenised corpus cache, memory-mapped: ``tokens`` (t,), ``segments`` (s+1,), ``documents`` (D+1,)."""
 
@@ -157,9 +176,13 @@ class TokenizedCorpus:
         meta_path = self.folder / "meta.json"
         if not meta_path.is_file():
             raise FileNotFoundError(f"{self.folder} is not a token cache (no meta.json)")
-        self.meta = json.loads(meta_path.read_text())
+        self.meta = _read_cache_meta(meta_path)
         dtype = np.dtype(self.meta["dtype"])
-        n_tokens = int(self.meta["num_tokens"])
+        n_tokens = self.meta["num_tokens"]
+        if (self.folder / "tokens.bin").stat().st_size != n_tokens * dtype.itemsize:
+            raise DataFileError(
+                self.folder / "tokens.bin", f"expected {n_tokens} {dtype} tokens; delete the cache"
+            )
         self.tokens = (
             np.memmap(self.folder / "tokens.bin", dtype=dtype, mode="r", shape=(n_tokens,))
             if n_tokens
@@ -198,7 +221,7 @@ def build_token_cache(
     key = _cache_key(paths, tokenizer, doc_mode)
     cache = Path(cache)
     if (cache / "meta.json").is_file():
-        have = json.loads((cache / "meta.json").read_text())
+        have = _read_cache_meta(cache / "meta.json")
         if have.get("key") != key:
             raise ValueError(
                 f"{cache} holds a token cache of other files/tokenizer/doc_mode; delete it or use another folder"

@@ -7,10 +7,11 @@ Generators: :func:`generate_listops` (``basic_{train,val,test}.tsv``), :func:`ge
 :func:`load_listops`, :func:`load_imdb`, :func:`load_aan`, :func:`load_cifar10`, :func:`load_pathfinder`.
 """
 
+from nystrom.data.lra.cifar import load_cifar10
 from nystrom.data.lra.dataset import PairDataset, PixelDataset, RaggedTokens, SequenceDataset
 from nystrom.data.lra.listops import ListOpsConfig, generate_listops, iter_listops, read_listops_tsv
 from nystrom.data.lra.listops_eval import evaluate_listops
-from nystrom.data.lra.loaders import load_aan, load_cifar10, load_imdb, load_listops, load_listops_file
+from nystrom.data.lra.loaders import load_aan, load_imdb, load_listops, load_listops_file
 from nystrom.data.lra.pathfinder import PathfinderConfig
 from nystrom.data.lra.pathfinder_io import generate_pathfinder, load_pathfinder, read_metadata
 from nystrom.data.lra.pathfinder_sample import sample_pathfinder

@@ -42,6 +42,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from nystrom.data.files import DataFileError, utf8_lines
+
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
 VALUE_P = 0.25
@@ -217,35 +219,30 @@ def generate_listops(
 
 
 def read_listops_tsv(path: str | os.PathLike[str]) -> list[tuple[str, int]]:
-    """Read an LRA ListOps TSV (``Source\\tTarget`` header; ``\\n`` or ``\\r\\n`` line ends).
+    """Read an LRA ListOps TSV (``Source\\tTarget`` header; ``\\n`` or ``\\r\\n`` line ends), streamed.
 
-    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` naming the file and the 1-based line
-    for a wrong header, a wrong field count or a Target that is not a digit 0..9.
+    Raises ``FileNotFoundError`` for a missing file and :class:`~nystrom.data.DataFileError` naming the file
+    and the 1-based line for an empty file, a wrong header, a wrong field count, undecodable bytes or a
+    Target that is not a digit 0..9.
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"ListOps TSV not found: {p}")
     rows: list[tuple[str, int]] = []
     header_seen = False
-    with open(p, encoding="utf-8", newline="") as f:
-        for lineno, raw in enumerate(f, start=1):
-            line = raw.rstrip("\r\n")
-            fields = line.split("\t")
-            if lineno == 1:
-                if fields != ["Source", "Target"]:
-                    raise ValueError(
-                        f"{p.name} line 1: expected the header 'Source\\tTarget', got {line[:60]!r}"
-                    )
-                header_seen = True
-                continue
-            if len(fields) != 2:
-                raise ValueError(
-                    f"{p.name} line {lineno}: expected 2 tab-separated fields, got {len(fields)}"
-                )
-            target = fields[1].strip()
-            if target not in _DIGITS:
-                raise ValueError(f"{p.name} line {lineno}: Target must be a digit 0..9, got {target[:20]!r}")
-            rows.append((fields[0], int(target)))
+    for lineno, line in utf8_lines(p):
+        fields = line.split("\t")
+        if lineno == 1:
+            if fields != ["Source", "Target"]:
+                raise DataFileError(p, f"expected the header 'Source\\tTarget', got {line[:60]!r}", line=1)
+            header_seen = True
+            continue
+        if len(fields) != 2:
+            raise DataFileError(p, f"expected 2 tab-separated fields, got {len(fields)}", line=lineno)
+        target = fields[1].strip()
+        if target not in _DIGITS:
+            raise DataFileError(p, f"Target must be a digit 0..9, got {target[:20]!r}", line=lineno)
+        rows.append((fields[0], int(target)))
     if not header_seen:
-        raise ValueError(f"{p.name} line 1: empty file, expected the header 'Source\\tTarget'")
+        raise DataFileError(p, "empty file, expected the header 'Source\\tTarget'", line=1)
     return rows

@@ -1,22 +1,24 @@
-"""Loaders for the LRA data people already have on disk: ListOps TSVs, IMDB, AAN pairs, CIFAR-10.
+"""Loaders for the LRA data people already have on disk: ListOps TSVs, IMDB, AAN pairs.
 
-Legend: N examples, L max_length, W image side (32).
+Legend: N examples, L max_length.
 
 Every loader returns a map-style ``torch.utils.data.Dataset`` whose items are int64 tensors: token ids
 padded with 0 to ``max_length`` (truncated first, like LRA's ``inputs[:max_length]``) and an int64 label.
-Pathfinder folders are loaded by :func:`nystrom.data.lra.pathfinder_io.load_pathfinder`. Missing files
-raise ``FileNotFoundError`` and malformed ones ``ValueError``, naming the file and, for text, the line.
+CIFAR-10 is in :mod:`nystrom.data.lra.cifar`, Pathfinder folders in :mod:`nystrom.data.lra.pathfinder_io`.
+Everything is validated at load time, before any training: a missing file raises ``FileNotFoundError``;
+an empty file or split, an empty example, a bad label or undecodable text raises
+:class:`~nystrom.data.DataFileError` naming the file and, for line-based files, the line.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
 
-from nystrom.data.lra.dataset import PairDataset, PixelDataset, RaggedTokens, SequenceDataset
+from nystrom.data.files import DataFileError
+from nystrom.data.lra.dataset import PairDataset, RaggedTokens, SequenceDataset
 from nystrom.data.lra.listops import SPLIT_FILES, read_listops_tsv
 from nystrom.data.lra.tokenize import check_max_length, encode_bytes, encode_listops
 
@@ -24,10 +26,9 @@ SPLITS = ("train", "dev", "test")
 IMDB_SPLIT_DIRS = {"train": "train", "dev": "test", "test": "test"}  # LRA validates IMDB on its test set
 AAN_SPLIT_FILES = {"train": "train", "dev": "eval", "test": "test"}
 AAN_MAX_BYTES = 10_000  # LRA encodes s[:10000] before cutting to max_length
-CIFAR_TRAIN_SIZE = 45_000  # LRA: tfds train[:90%] / train[90%:]
 
 
-def _check_split(split: str) -> str:
+def check_split(split: str) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return split
@@ -40,7 +41,7 @@ def load_listops(
 
     Items: ``(ids (L,) int64, label () int64)`` with ids from :data:`tokenize.LISTOPS_VOCAB`.
     """
-    path = Path(root) / f"{task}_{SPLIT_FILES[_check_split(split)]}.tsv"
+    path = Path(root) / f"{task}_{SPLIT_FILES[check_split(split)]}.tsv"
     return load_listops_file(path, max_length=max_length)
 
 
@@ -49,10 +50,17 @@ def load_listops_file(path: str | os.PathLike[str], *, max_length: int = 2000) -
     check_max_length(max_length)
     p = Path(path)
     rows = read_listops_tsv(p)
-    seqs = [
-        encode_listops(src, max_length=max_length, where=f"{p.name} line {i + 2}")
-        for i, (src, _) in enumerate(rows)
-    ]
+    if not rows:
+        raise DataFileError(p, "no examples after the header (an empty split)")
+    seqs = []
+    for lineno, (src, _) in enumerate(rows, start=2):
+        try:
+            ids = encode_listops(src, max_length=max_length, where="")
+        except ValueError as err:
+            raise DataFileError(p, str(err), line=lineno) from None
+        if ids.size == 0:
+            raise DataFileError(p, "empty example: the Source holds no ListOps symbol", line=lineno)
+        seqs.append(ids)
     labels = np.fromiter((y for _, y in rows), dtype=np.int64, count=len(rows))
     return SequenceDataset(RaggedTokens(seqs, dtype=np.uint8), labels, max_length=max_length, source=str(p))
 
@@ -71,7 +79,7 @@ def load_imdb(root: str | os.PathLike[str], *, split: str, max_length: int = 400
     test folder because LRA uses the IMDB test set for validation. Items: ``(ids (L,), label ())`` int64.
     """
     check_max_length(max_length)
-    base = Path(root) / IMDB_SPLIT_DIRS[_check_split(split)]
+    base = Path(root) / IMDB_SPLIT_DIRS[check_split(split)]
     seqs, labels = [], []
     for label, name in ((0, "neg"), (1, "pos")):
         folder = base / name
@@ -79,12 +87,27 @@ def load_imdb(root: str | os.PathLike[str], *, split: str, max_length: int = 400
             raise FileNotFoundError(f"IMDB folder not found: {folder}")
         files = sorted(folder.glob("*.txt"), key=_imdb_key)
         if not files:
-            raise ValueError(f"IMDB folder {folder} holds no .txt reviews")
+            raise DataFileError(folder, "holds no .txt reviews (an empty split)")
         for f in files:
-            seqs.append(encode_bytes(f.read_bytes(), max_length=max_length))
+            with open(f, "rb") as fh:
+                head = fh.read(max_length)  # LRA keeps the first max_length bytes; never read more
+            if not head.strip():
+                raise DataFileError(f, "empty review (no text)")
+            seqs.append(encode_bytes(head, max_length=max_length))
             labels.append(label)
     tokens = RaggedTokens(seqs, dtype=np.uint16)
     return SequenceDataset(tokens, np.asarray(labels), max_length=max_length, source=str(base))
+
+
+def _aan_label(field: bytes, path: Path, lineno: int) -> int:
+    try:
+        value = float(field)  # LRA reads the label column as a float
+    except ValueError:
+        value = -1.0
+    if value not in (0.0, 1.0):
+        shown = field[:20].decode(errors="replace")
+        raise DataFileError(path, f"label must be 0 or 1, got {shown!r}", line=lineno)
+    return int(value)
 
 
 def load_aan(root: str | os.PathLike[str], *, split: str, max_length: int = 4000) -> PairDataset:
@@ -95,87 +118,21 @@ def load_aan(root: str | os.PathLike[str], *, split: str, max_length: int = 4000
     10000 bytes, then cut to ``max_length``. Items: ``(ids1 (L,), ids2 (L,), label ())`` int64.
     """
     check_max_length(max_length)
-    path = Path(root) / f"new_aan_pairs.{AAN_SPLIT_FILES[_check_split(split)]}.tsv"
+    path = Path(root) / f"new_aan_pairs.{AAN_SPLIT_FILES[check_split(split)]}.tsv"
     if not path.is_file():
         raise FileNotFoundError(f"AAN TSV not found: {path}")
     first, second, labels = [], [], []
-    lines = path.read_bytes().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for lineno, line in enumerate(lines, start=1):
-        fields = line.rstrip(b"\r").split(b"\t")
-        if len(fields) != 5:
-            raise ValueError(f"{path.name} line {lineno}: expected 5 tab-separated fields, got {len(fields)}")
-        try:
-            value = float(fields[0])
-        except ValueError:
-            value = -1.0
-        if value not in (0.0, 1.0):
-            raise ValueError(
-                f"{path.name} line {lineno}: label must be 0 or 1, got {fields[0][:20].decode(errors='replace')!r}"
-            )
-        labels.append(int(value))
-        first.append(encode_bytes(fields[3][:AAN_MAX_BYTES], max_length=max_length))
-        second.append(encode_bytes(fields[4][:AAN_MAX_BYTES], max_length=max_length))
+    with open(path, "rb") as f:  # streamed: the release's train file is large
+        for lineno, line in enumerate(f, start=1):
+            fields = line.rstrip(b"\n").rstrip(b"\r").split(b"\t")
+            if len(fields) != 5:
+                raise DataFileError(path, f"expected 5 tab-separated fields, got {len(fields)}", line=lineno)
+            labels.append(_aan_label(fields[0], path, lineno))
+            for out, text, column in ((first, fields[3], 4), (second, fields[4], 5)):
+                if not text.strip():
+                    raise DataFileError(path, f"empty example: text field {column} is blank", line=lineno)
+                out.append(encode_bytes(text[:AAN_MAX_BYTES], max_length=max_length))
     if not labels:
-        raise ValueError(
-            f"{path.name} line 1: empty file, expected 'label\\tid1\\tid2\\ttext1\\ttext2' lines"
-        )
+        raise DataFileError(path, "empty file, expected 'label\\tid1\\tid2\\ttext1\\ttext2' lines", line=1)
     a, b = RaggedTokens(first, dtype=np.uint16), RaggedTokens(second, dtype=np.uint16)
     return PairDataset(a, b, np.asarray(labels), max_length=max_length, source=str(path))
-
-
-def cifar_to_grey(data: np.ndarray) -> np.ndarray:
-    """CIFAR rows (N, 3*W*W) uint8 (R, G, B planes) to grey levels (N, W*W) uint8.
-
-    As ``tf.image.rgb_to_grayscale`` on uint8 (LRA's image pipeline): scale to [0, 1] in float32, weigh
-    0.2989 R + 0.5870 G + 0.1140 B, and convert back with ``convert_image_dtype``, i.e.
-    ``floor(g * 255.5)``.
-    """
-    rgb = data.reshape(data.shape[0], 3, -1).astype(np.float32) / np.float32(255)  # (N, 3, W*W)
-    w = np.array([0.2989, 0.5870, 0.1140], dtype=np.float32)
-    grey = np.einsum("c,ncp->np", w, rgb)  # (N, W*W)
-    return np.floor(grey * np.float32(255.5)).astype(np.uint8)
-
-
-def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    if not path.is_file():
-        raise FileNotFoundError(f"CIFAR-10 batch not found: {path}")
-    with open(path, "rb") as f:
-        try:
-            batch = pickle.load(f, encoding="bytes")  # the official python pickles
-        except Exception as exc:
-            raise ValueError(f"{path}: not a CIFAR-10 python pickle ({exc})") from exc
-    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
-        raise ValueError(f"{path}: expected a dict with keys b'data' and b'labels'")
-    data, labels = np.asarray(batch[b"data"]), np.asarray(batch[b"labels"], dtype=np.int64)
-    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or labels.shape != (data.shape[0],):
-        raise ValueError(
-            f"{path}: expected b'data' (N, 3072) uint8 and b'labels' (N,), got {data.shape} {data.dtype}"
-            f" and {labels.shape}"
-        )
-    if labels.size and (labels.min() < 0 or labels.max() > 9):
-        raise ValueError(f"{path}: labels must lie in 0..9")
-    return data, labels
-
-
-def load_cifar10(
-    root: str | os.PathLike[str], *, split: str, train_size: int = CIFAR_TRAIN_SIZE
-) -> PixelDataset:
-    """Grey CIFAR-10 from ``cifar-10-batches-py``: items ``((1024,) int64 in 0..255, label ())``.
-
-    train = the first ``train_size`` (45000) images of ``data_batch_1..5`` in file order, dev = the rest, test =
-    ``test_batch`` (LRA slices tfds ``train[:90%]``/``train[90%:]``; tfds order differs from file order).
-    """
-    base = Path(root)
-    if _check_split(split) == "test":
-        data, labels = _read_cifar_batch(base / "test_batch")
-    else:
-        parts = [_read_cifar_batch(base / f"data_batch_{i}") for i in range(1, 6)]
-        data = np.concatenate([d for d, _ in parts])
-        labels = np.concatenate([y for _, y in parts])
-        if not 0 < train_size < data.shape[0]:
-            raise ValueError(f"train_size must lie in 1..{data.shape[0] - 1} for {base}, got {train_size}")
-        cut = slice(0, train_size) if split == "train" else slice(train_size, None)
-        data, labels = data[cut], labels[cut]
-    return PixelDataset(cifar_to_grey(data), labels, source=f"{base} [{split}]")

@@ -21,6 +21,8 @@ random permutation within each batch.
 
 from __future__ import annotations
 
+import io
+import math
 import multiprocessing
 import os
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nystrom.data.files import DataFileError, decode_utf8, path_inside
 from nystrom.data.lra.dataset import PixelDataset
 from nystrom.data.lra.pathfinder import PathfinderConfig
 from nystrom.data.lra.pathfinder_sample import sample_pathfinder
@@ -101,33 +104,54 @@ def generate_pathfinder(
     return root
 
 
+def _npy_rows(p: Path, raw: bytes) -> list[list[str]]:
+    """Rows of an ``np.save`` string array, its declared size checked against the file before loading."""
+    buf = io.BytesIO(raw)
+    try:
+        version = np.lib.format.read_magic(buf)
+        if version not in ((1, 0), (2, 0)):  # np.save writes 1.0 (2.0 for huge headers)
+            raise ValueError(f"unsupported .npy format version {version}")
+        read_header = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read_header(buf)
+        if dtype.kind not in "US" or len(shape) > 2:
+            raise ValueError(f"expected a 1-D or 2-D string array, got {dtype} with shape {shape}")
+        if math.prod(shape) * dtype.itemsize > len(raw) - buf.tell():
+            raise ValueError(f"the header declares {shape} {dtype}, more than the file holds")
+        array = np.load(io.BytesIO(raw), allow_pickle=False)
+    except ValueError as exc:  # numpy reports every malformed .npy as ValueError (or a subclass)
+        raise DataFileError(p, f"not a readable .npy string array ({exc})") from None
+    return [[str(x) for x in np.atleast_1d(r)] for r in np.atleast_2d(array)]
+
+
 def read_metadata(path: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
     """Rows ``(subdir, filename, label)`` of one metadata file (text lines, or an ``np.save`` array).
 
-    Raises ``ValueError`` naming the file and the 1-based line for fewer than 4 fields or a label not 0/1.
+    Raises :class:`~nystrom.data.DataFileError` naming the file and the 1-based line for an empty file,
+    fewer than 4 fields, undecodable bytes or a label not 0/1. The paths are checked by the loader.
     """
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"Pathfinder metadata file not found: {p}")
     raw = p.read_bytes()
     if raw.startswith(b"\x93NUMPY"):
-        array = np.load(p, allow_pickle=False)
-        rows = [[str(x) for x in np.atleast_1d(r)] for r in np.atleast_2d(array)]
+        rows = _npy_rows(p, raw)
     else:
-        rows = [line.split() for line in raw.decode("utf-8").split("\n")]
+        rows = [decode_utf8(line, p, i).split() for i, line in enumerate(raw.split(b"\n"), start=1)]
     out = []
     for lineno, fields in enumerate(rows, start=1):
         if not fields:  # the trailing newline; LRA drops the last empty piece too
             continue
         if len(fields) < 4:
-            raise ValueError(
-                f"{p.name} line {lineno}: expected at least 4 space-separated fields, got {len(fields)}"
+            raise DataFileError(
+                p, f"expected at least 4 space-separated fields, got {len(fields)}", line=lineno
             )
         if fields[3] not in ("0", "1"):
-            raise ValueError(
-                f"{p.name} line {lineno}: label (field 4) must be 0 or 1, got {fields[3][:20]!r}"
-            )
+            raise DataFileError(p, f"label (field 4) must be 0 or 1, got {fields[3][:20]!r}", line=lineno)
         out.append((fields[0], fields[1], int(fields[3])))
+    if not out:
+        raise DataFileError(p, "empty metadata file (no image lines)")
     return out
 
 
@@ -154,6 +178,8 @@ def load_pathfinder(
         raise ValueError(f"split must be one of {tuple(SPLIT_FRACTIONS)}, got {split!r}")
     if difficulty is not None and difficulty not in DIFFICULTY_DIRS:
         raise ValueError(f"difficulty must be one of {sorted(DIFFICULTY_DIRS)} or None, got {difficulty!r}")
+    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
+        raise ValueError(f"image_size must be a positive int, got {image_size!r}")
     base = Path(root) / DIFFICULTY_DIRS[difficulty] if difficulty is not None else Path(root)
     meta_dir = base / "metadata"
     if not meta_dir.is_dir():
@@ -168,15 +194,21 @@ def load_pathfinder(
     labels = np.zeros(len(entries), dtype=np.int64)
     kept = 0
     for meta, lineno, (subdir, filename, label) in entries:
-        img_path = base / subdir / filename
+        folder = path_inside(base, subdir, source=meta, line=lineno)  # each field alone is relative
+        img_path = path_inside(folder, filename, source=meta, line=lineno)
         if not img_path.is_file():
-            raise FileNotFoundError(f"{meta.name} line {lineno}: image not found: {img_path}")
+            raise FileNotFoundError(f"{meta} line {lineno}: image not found: {img_path}")
         if skip_empty_images and img_path.stat().st_size == 0:
             continue
-        image = read_png(img_path)
-        if image.shape != (image_size, image_size):
-            raise ValueError(f"{img_path}: expected a {image_size}x{image_size} image, got {image.shape}")
+        image = read_png(img_path, shape=(image_size, image_size))
         pixels[kept], labels[kept] = image.reshape(-1), label
         kept += 1
+    if kept == 0:
+        why = (
+            f"all {len(entries)} of its PNGs are empty"
+            if entries
+            else "too few images listed for a 80/10/10 cut"
+        )
+        raise DataFileError(meta_dir, f"the {split} split holds no image: {why}")
     source = f"{base} [{split}]"
     return PixelDataset(pixels[:kept], labels[:kept], source=source, skipped=len(entries) - kept)

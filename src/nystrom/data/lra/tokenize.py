@@ -45,7 +45,8 @@ def listops_symbols(source: str) -> list[str]:
 def encode_listops(source: str, *, max_length: int, where: str = "source") -> np.ndarray:
     """Encode one ListOps Source string to ids ``(n,)`` uint8 with ``n <= max_length``.
 
-    ``where`` names the origin (e.g. ``"basic_train.tsv line 17"``) in the error for an unknown symbol.
+    ``where`` names the origin (e.g. ``"basic_train.tsv line 17"``) in the error for an unknown symbol
+    (``""``: no prefix, for callers that wrap the error themselves).
     """
     if source.isascii() and not any(ch in source for _, ch in _OP_CHARS):
         compact = source
@@ -61,7 +62,10 @@ def encode_listops(source: str, *, max_length: int, where: str = "source") -> np
     for tok in listops_symbols(source):
         tid = LISTOPS_TOKEN_TO_ID.get(tok)
         if tid is None or tid == PAD_ID:
-            raise ValueError(f"{where}: unknown ListOps symbol {tok!r}; expected one of {LISTOPS_VOCAB[1:]}")
+            prefix = f"{where}: " if where else ""
+            raise ValueError(
+                f"{prefix}unknown ListOps symbol {tok[:20]!r}; expected one of {LISTOPS_VOCAB[1:]}"
+            )
         ids.append(tid)
     return np.asarray(ids[:max_length], dtype=np.uint8)  # (n,)
 
