@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
+import resource
 import struct
 from pathlib import Path
 
@@ -250,10 +251,60 @@ def test_cifar_reads_genuine_numpy_pickles(tmp_path: Path, protocol: int | str) 
 
 
 def test_cifar_declared_sizes_allocate_nothing(tmp_path: Path) -> None:
+    """Found by the fuzz tests: a length or memo index a file merely declares must not be allocated (the C
+    unpickler grew its memo table to a mutated LONG_BINPUT index: 2.7 GB from a 452-byte file)."""
     path = tmp_path / "test_batch"
     path.write_bytes(b"\x80\x04\x8e" + struct.pack("<Q", 1 << 60) + b"abc")  # BINBYTES8 of 2**60 bytes
     with pytest.raises(DataFileError, match="test_batch: not a CIFAR-10 python pickle"):
         read_cifar_batch(path)
+    path.write_bytes(b"\x80\x02]r" + struct.pack("<I", 175_726_962) + b".")  # LONG_BINPUT 175726962
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(
+        DataFileError, match=r"test_batch: not a CIFAR-10 python pickle \(memo index 175726962"
+    ):
+        read_cifar_batch(path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB
+
+
+class _Reduced:
+    """Pickles as ``func(*args)`` then BUILD ``state``: numpy's own layout, with any values we like."""
+
+    def __init__(self, func: object, args: tuple, state: object) -> None:
+        self.func, self.args, self.state = func, args, state
+
+    def __reduce__(self):
+        return self.func, self.args, self.state
+
+
+DEFAULT_DTYPE_STATE = (3, "|", None, None, None, -1, -1, 0)
+
+
+@pytest.mark.parametrize(
+    ("code", "dtype_state", "message"),
+    [
+        ("u1", DEFAULT_DTYPE_STATE, None),  # the control: numpy's layout, rebuilt by hand, loads
+        # numpy's dtype.__setstate__ would set these flags (NPY_ITEM_REFCOUNT, ...) on uint8: internal errors
+        ("u1", (3, "|", None, None, None, -1, -1, 0x3F), "dtype state is not that of a plain integer dtype"),
+        ("u1", (3, "|", None, ("a",), None, -1, -1, 0), "dtype state is not that of a plain integer dtype"),
+        ("O8", DEFAULT_DTYPE_STATE, "'O8' is not a plain integer dtype"),
+        ("f4", DEFAULT_DTYPE_STATE, "'f4' is not a plain integer dtype"),
+    ],
+)
+def test_cifar_numpy_states_are_checked(
+    tmp_path: Path, code: str, dtype_state: tuple, message: str | None
+) -> None:
+    from numpy._core.multiarray import _reconstruct
+
+    dtype = _Reduced(np.dtype, (code, False, True), dtype_state)
+    array = _Reduced(_reconstruct, (np.ndarray, (0,), b"b"), (1, (1, 3072), dtype, False, bytes(3072)))
+    path = tmp_path / "test_batch"
+    path.write_bytes(pickle.dumps({b"data": array, b"labels": [1]}, protocol=2))
+    if message is None:
+        data, labels = read_cifar_batch(path)
+        assert data.shape == (1, 3072) and not data.any() and labels.tolist() == [1]
+    else:
+        with pytest.raises(DataFileError, match=message):
+            read_cifar_batch(path)
 
 
 def test_encode_bytes_round_trip() -> None:

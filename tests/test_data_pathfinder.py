@@ -214,6 +214,18 @@ def test_metadata_errors_name_file_and_line(tmp_path: Path, folder: Path) -> Non
         f.write(b"x" * 100)
     with pytest.raises(DataFileError, match="huge.npy: .* more than the file holds"):
         read_metadata(tmp_path / "huge.npy")
+    # found by the fuzz tests: numpy raises SystemError converting a UCS-4 code unit above U+10FFFF
+    cells = np.array([["imgs/0", "sample_0.png", "0", "1"]], dtype="<U12")
+    raw = bytearray(cells.tobytes())
+    raw[0:4] = (0x110000).to_bytes(4, "little")
+    with open(tmp_path / "bad.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(cells))
+        f.write(bytes(raw))
+    with pytest.raises(DataFileError, match="bad.npy: .* invalid code point"):
+        read_metadata(tmp_path / "bad.npy")
+    np.save(tmp_path / "b.npy", np.array([[b"imgs/0", b"sample_\xff.png", b"0", b"1"]]))
+    with pytest.raises(DataFileError, match="b.npy line 1: not UTF-8 text"):
+        read_metadata(tmp_path / "b.npy")
     with pytest.raises(FileNotFoundError, match="metadata"):
         load_pathfinder(tmp_path / "nowhere", split="train")
 

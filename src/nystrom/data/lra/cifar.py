@@ -2,75 +2,27 @@
 
 Legend: N images, W image side (32).
 
-The batches (``cifar-10-batches-py/data_batch_1..5``, ``test_batch``) are pickles, and ``pickle.load`` runs
-whatever a crafted file names. :class:`CifarUnpickler` admits only the globals those files need: numpy's
-array reconstructors, ``numpy.ndarray``, ``numpy.dtype``, and ``_codecs.encode`` restricted to latin-1 (how
-protocol 0-2 pickles written by Python 3 spell ``bytes``). The official files (Python 2 protocol 2) need
-``numpy.core.multiarray._reconstruct``, ``numpy.ndarray`` and ``numpy.dtype``; numpy 2 writes
-``numpy._core.*``, and protocol 5 uses ``numpy._core.numeric._frombuffer``. Anything else raises
-:class:`~nystrom.data.DataFileError` naming the file before any of its objects exist.
+The batches (``cifar-10-batches-py/data_batch_1..5``, ``test_batch``) are pickles; they are read by the
+restricted unpickler of :mod:`nystrom.data.lra.cifar_pickle`, which admits only the numpy-array and dtype
+names those files use and refuses anything else with :class:`~nystrom.data.DataFileError` naming the file,
+before any object of the file exists.
 """
 
 from __future__ import annotations
 
-import io
 import os
-import pickle
 from pathlib import Path
 
 import numpy as np
 
 from nystrom.data.files import DataFileError
+from nystrom.data.lra.cifar_pickle import load_batch
 from nystrom.data.lra.dataset import PixelDataset
 from nystrom.data.lra.loaders import check_split
 
 CIFAR_TRAIN_SIZE = 45_000  # LRA: tfds train[:90%] / train[90%:]
 CIFAR_ROW = 3 * 32 * 32  # R, G, B planes of one 32x32 image
 CIFAR_MAX_FILE_BYTES = 1 << 30  # an official batch is 31 MB; refuse to read a multi-GB file into memory
-
-
-def _latin1_encode(text: object, encoding: object = "utf-8") -> bytes:
-    """``_codecs.encode`` as protocol 0-2 pickles use it for ``bytes``: only ``(str, 'latin1')``."""
-    if not isinstance(text, str) or encoding not in ("latin1", "latin-1"):
-        raise pickle.UnpicklingError(f"_codecs.encode is admitted only as (str, 'latin1'), got {encoding!r}")
-    return text.encode("latin1")
-
-
-def _numpy_globals() -> dict[tuple[str, str], object]:
-    try:
-        from numpy._core import multiarray, numeric
-    except ImportError:  # numpy < 2
-        from numpy.core import multiarray, numeric
-
-    reconstruct, frombuffer = multiarray._reconstruct, numeric._frombuffer
-    allowed: dict[tuple[str, str], object] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
-    for package in ("numpy.core", "numpy._core"):  # pickles name the module of the numpy that wrote them
-        allowed[(f"{package}.multiarray", "_reconstruct")] = reconstruct
-        allowed[(f"{package}.numeric", "_frombuffer")] = frombuffer
-    allowed[("_codecs", "encode")] = _latin1_encode
-    return allowed
-
-
-class CifarUnpickler(pickle.Unpickler):
-    """An unpickler that builds only dicts, lists, str/bytes, numbers and numpy arrays/dtypes."""
-
-    def __init__(self, file: io.BufferedIOBase, *, path: Path) -> None:
-        super().__init__(file, encoding="bytes")  # Python 2 ``str`` keys and values stay bytes
-        self.path = path
-        self.allowed = _numpy_globals()
-
-    def find_class(self, module: str, name: str) -> object:
-        found = self.allowed.get((module, name))
-        if found is None:
-            raise DataFileError(
-                self.path,
-                f"refused to load: the pickle names {module}.{name}, which a CIFAR-10 batch never holds"
-                " (only numpy arrays, dicts, lists, bytes, str and ints are admitted; nothing was run)",
-            )
-        return found
-
-    def persistent_load(self, pid: object) -> object:
-        raise DataFileError(self.path, "refused to load: the pickle holds a persistent id")
 
 
 def cifar_to_grey(data: np.ndarray) -> np.ndarray:
@@ -98,12 +50,7 @@ def read_cifar_batch(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarr
     size = p.stat().st_size
     if size > CIFAR_MAX_FILE_BYTES:
         raise DataFileError(p, f"{size} bytes is far more than a CIFAR-10 batch (31 MB)")
-    try:
-        batch = CifarUnpickler(io.BytesIO(p.read_bytes()), path=p).load()
-    except DataFileError:
-        raise
-    except Exception as exc:  # a corrupt pickle raises many types (EOFError, struct.error, MemoryError, ...)
-        raise DataFileError(p, f"not a CIFAR-10 python pickle ({type(exc).__name__}: {exc})") from exc
+    batch = load_batch(p.read_bytes(), p)
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         raise DataFileError(p, "expected a dict with keys b'data' and b'labels'")
     data, labels = batch[b"data"], batch[b"labels"]

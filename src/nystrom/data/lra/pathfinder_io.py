@@ -27,6 +27,7 @@ import multiprocessing
 import os
 from collections.abc import Callable
 from pathlib import Path
+from tokenize import TokenError
 
 import numpy as np
 
@@ -119,10 +120,17 @@ def _npy_rows(p: Path, raw: bytes) -> list[list[str]]:
             raise ValueError(f"expected a 1-D or 2-D string array, got {dtype} with shape {shape}")
         if math.prod(shape) * dtype.itemsize > len(raw) - buf.tell():
             raise ValueError(f"the header declares {shape} {dtype}, more than the file holds")
-        array = np.load(io.BytesIO(raw), allow_pickle=False)
-    except ValueError as exc:  # numpy reports every malformed .npy as ValueError (or a subclass)
+        array = np.atleast_2d(np.load(io.BytesIO(raw), allow_pickle=False))
+        if dtype.kind == "U":  # UCS-4 code units: numpy crashes (SystemError) on invalid ones, check first
+            codes = np.frombuffer(array.tobytes(), dtype=np.dtype(dtype.str[0] + "u4"))
+            if ((codes > 0x10FFFF) | ((codes >= 0xD800) & (codes <= 0xDFFF))).any():
+                raise ValueError("a string holds an invalid code point")
+            return [[str(x) for x in row] for row in array.tolist()]
+        return [[decode_utf8(x, p, i) for x in row] for i, row in enumerate(array.tolist(), start=1)]
+    except (ValueError, SyntaxError, TokenError) as exc:  # numpy's header parser raises all three
+        if isinstance(exc, DataFileError):
+            raise
         raise DataFileError(p, f"not a readable .npy string array ({exc})") from None
-    return [[str(x) for x in np.atleast_1d(r)] for r in np.atleast_2d(array)]
 
 
 def read_metadata(path: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
