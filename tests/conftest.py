@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests import the float64 oracl
 
 # Property-based tests: HYPOTHESIS_PROFILE=ci (default: short, derandomized, so CI is stable) or long
 # (local fuzzing: many random examples, failures kept in .hypothesis/ and replayed first).
-settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, database=None)
+settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None)
 settings.register_profile("long", max_examples=2000, deadline=timedelta(seconds=10))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import struct
 import zlib
 from pathlib import Path
@@ -184,6 +185,16 @@ def test_png_size_is_checked_before_inflating(tmp_path: Path) -> None:
     write_png(small, np.zeros((32, 64), dtype=np.uint8))
     with pytest.raises(DataFileError, match=r"wide.png: expected a 32x32 image, the file declares 32x64"):
         read_png(small, shape=(32, 32))
+
+
+def test_png_data_beyond_the_declared_image_is_not_inflated(tmp_path: Path) -> None:
+    """A 32x32 header with 100 MB of zeros in IDAT (100 kB on disk): decoding stops once 32x32 is full."""
+    stream = zlib.compressobj(9)
+    idat = b"".join(stream.compress(bytes(1 << 20)) for _ in range(100)) + stream.flush()
+    (tmp_path / "z.png").write_bytes(_png(32, 32, idat))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert not read_png(tmp_path / "z.png", shape=(32, 32)).any()
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 20_000  # KiB
 
 
 def test_metadata_errors_name_file_and_line(tmp_path: Path, folder: Path) -> None:
