@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from nystrom.argtypes import UsageError
 from nystrom.attention import SoftmaxAttention
 from nystrom.bench import approx, table1
 from nystrom.bench.commands import register
@@ -168,10 +169,10 @@ def test_commands_parse_and_reject_foreign_options():
     args = _parse(["bench"])
     assert args.suite == "table1" and args.func.__name__ == "_cmd_bench"
     assert _parse(["bench", "core", "--modes", "core,fwd"]).modes == ("core", "fwd")
-    with pytest.raises(SystemExit, match="--landmarks"):
+    with pytest.raises(UsageError, match="--landmarks"):
         args.func(_parse(["bench", "--landmarks", "32"]))
-    with pytest.raises(SystemExit, match="--device"):
+    with pytest.raises(UsageError, match="--device"):
         args.func(_parse(["bench", "core", "--device", "cpu"]))
-    with pytest.raises(SystemExit, match="unknown"):
+    with pytest.raises(UsageError, match="unknown"):
         args.func(_parse(["bench", "--methods", "nystrom-64,bogus"]))
     assert _parse(["approx", "--quick"]).func.__name__ == "_cmd_approx"

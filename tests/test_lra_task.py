@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_model
 
+from nystrom.argtypes import UsageError
 from nystrom.model import NystromformerForDualSequenceClassification, NystromformerForSequenceClassification
 from nystrom.tasks.lra import (
     LRARun,
@@ -223,11 +224,14 @@ def test_single_sequence_tasks_use_the_single_classifier():
 
 # ---------------------------------------------------------------- missing data
 def test_missing_data_folder_is_a_clear_error(tmp_path, capsys):
-    assert _cli(["lra", "text", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert "nope" in err and "train/neg/*.txt" in err and "aclImdb" in err
-    assert _cli(["lra", "image", "--out", str(tmp_path / "o")]) == 2
-    assert "cifar-10-batches-py" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a --data folder that does not exist: a usage error at parse time
+        _parse(["lra", "text", "--data", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
+    assert "nope" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match=r"empty.*train/neg/\*\.txt.*aclImdb"):  # a folder without the files
+        _cli(["lra", "text", "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
+    with pytest.raises(UsageError, match="no --data given.*cifar-10-batches-py"):
+        _cli(["lra", "image", "--out", str(tmp_path / "o")])
     with pytest.raises(MissingDataError, match=r"new_aan_pairs\.train\.tsv.*lra_release"):
         run_lra(LRARun(task="retrieval", data=tmp_path), progress=False)
     with pytest.raises(MissingDataError, match="curv_contour_length_14"):

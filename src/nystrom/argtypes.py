@@ -1,8 +1,37 @@
-"""argparse value types shared by every command (one definition, one error wording)."""
+"""argparse value types shared by every command (one definition, one error wording), and the parser class.
+
+A ``type=`` function that raises :class:`argparse.ArgumentTypeError` makes a bad value a usage error
+(exit 2) that names the option, before any data is generated or loaded. :class:`UsageError` is the same
+kind of error found after parsing (a bad combination of options); :func:`nystrom.cli.main` reports both
+as one line ``nystrom: error: ...`` with a hint.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+
+class UsageError(ValueError):
+    """Options that are each valid but not together (found after parsing); reported with exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the ``nystrom: error: <message>`` line and a ``--help`` hint instead of the usage block.
+
+    Sub-parsers made by ``add_subparsers`` inherit the class, so every command reports alike.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"nystrom: error: {message}\nhint: `{self.prog} --help` lists the options\n")
+        sys.exit(2)
+
+
+def _bad(kind: str, text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"expected {kind}, got {text!r}")
 
 
 def positive_int(text: str) -> int:
@@ -10,20 +39,42 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from err
+        raise _bad("a positive integer", text) from err
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise _bad("a positive integer", text)
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An int ≥ 0."""
+    try:
+        value = int(text)
+    except ValueError as err:
+        raise _bad("an integer >= 0", text) from err
+    if value < 0:
+        raise _bad("an integer >= 0", text)
     return value
 
 
 def positive_float(text: str) -> float:
-    """A float > 0."""
+    """A finite float > 0 (``inf`` and ``nan`` are refused: a learning rate or a budget must be a number)."""
     try:
         value = float(text)
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from err
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        raise _bad("a finite number > 0", text) from err
+    if not (math.isfinite(value) and value > 0):
+        raise _bad("a finite number > 0", text)
+    return value
+
+
+def open_fraction(text: str) -> float:
+    """A float strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError as err:
+        raise _bad("a number between 0 and 1 (exclusive)", text) from err
+    if not 0.0 < value < 1.0:
+        raise _bad("a number between 0 and 1 (exclusive)", text)
     return value
 
 
@@ -32,7 +83,59 @@ def positive_ints(text: str) -> list[int]:
     try:
         vals = [int(t) for t in text.split(",") if t]
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+        raise _bad("comma-separated integers", text) from err
     if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+        raise _bad("positive integers", text)
     return vals
+
+
+def existing_dir(text: str) -> Path:
+    """A folder that exists."""
+    path = Path(text)
+    if not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text!r} {what}")
+    return path
+
+
+def existing_file(text: str) -> Path:
+    """A file that exists."""
+    path = Path(text)
+    if not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{text!r} {what}")
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """A folder to write into: it may not exist yet, but it must not be a file."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a file; give a folder (it is created if missing)")
+    return path
+
+
+def output_file(text: str) -> Path:
+    """A file to write: not a folder, and its folder must exist."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    return path
+
+
+def names_from(allowed: tuple[str, ...] | list[str], *, what: str = "names"):
+    """A ``type=`` for comma-separated names, each one of ``allowed`` (at least one)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        vals = tuple(t for t in text.split(",") if t)
+        bad = [v for v in vals if v not in allowed]
+        if not vals or bad:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {bad or [text]}; choose from {', '.join(allowed)}"
+            )
+        return vals
+
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse

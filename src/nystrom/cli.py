@@ -1,9 +1,20 @@
-"""The `nystrom` command line: demo, benchmarks, data generation and the experiments."""
+"""The `nystrom` command line: demo, benchmarks, data generation and the experiments.
+
+Errors: a failure prints one line ``nystrom: error: <message>`` and, where it helps, a ``hint:`` line.
+Exit status 2 for usage errors (a bad option or combination of options), 130 after Ctrl-C, 1 otherwise.
+The full traceback is printed only with ``--debug`` (anywhere on the command line) or ``NYSTROM_DEBUG=1``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
+
+from nystrom.argtypes import ArgumentParser, UsageError
+
+_DEBUG_HINT = "run again with --debug (or NYSTROM_DEBUG=1) for the full traceback"
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -13,7 +24,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nystrom", description=__doc__)
+    p = ArgumentParser(
+        prog="nystrom", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--debug", action="store_true", help="print the full traceback of an error")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser(
@@ -35,9 +49,84 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _debug_requested(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether ``--debug`` (before any ``--``) or ``NYSTROM_DEBUG`` asks for tracebacks; argv without the flag."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flag = "--debug" in argv[:end]
+    rest = [a for a in argv[:end] if a != "--debug"] + argv[end:]
+    env = os.environ.get("NYSTROM_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+    return flag or env, rest
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean bad input, a bad environment or a refused run folder: reported without traceback.
+
+    ValueError covers our validation errors (and the data and checkpoint error types, which derive from
+    it), bad JSON and undecodable files; TypeError our type checks of options and configurations; OSError
+    missing, unreadable or full paths.
+    """
+    import torch
+
+    from nystrom.training.runlock import RunFolderInUseError
+
+    return (
+        ValueError, TypeError, OSError, FloatingPointError, MemoryError, ImportError,
+        RunFolderInUseError, torch.cuda.OutOfMemoryError,
+    )  # fmt: skip
+
+
+def _hint(err: BaseException) -> str:
+    import torch
+
+    from nystrom.training.runlock import RunFolderInUseError
+
+    if isinstance(err, UsageError):
+        return "`nystrom COMMAND --help` lists the options"
+    if isinstance(err, RunFolderInUseError):
+        return "wait for that run to finish, or give another --out"
+    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
+        return "reduce --batch-size (or the sequence length); " + _DEBUG_HINT
+    if isinstance(err, ModuleNotFoundError):
+        return f"install the missing package ({err.name}) into this environment"
+    return _DEBUG_HINT
+
+
+def _report(err: BaseException, *, debug: bool) -> int:
+    """Print the one-line error (and the traceback when ``debug``); the exit status."""
+    if debug:
+        traceback.print_exception(err)
+    if isinstance(err, KeyboardInterrupt):
+        sys.stderr.write(
+            "nystrom: interrupted\nhint: a training run resumes from its last checkpoint (OUT/last) "
+            "when the same command is run again\n"
+        )
+        return 130
+    message = str(err).strip().replace("\n", " ") or type(err).__name__
+    if isinstance(err, _user_errors()):
+        hint = _hint(err)
+        code = 2 if isinstance(err, UsageError) else 1
+    else:  # anything else is a bug in nystrom (or in a library under it), not the user's input
+        message = f"internal error ({type(err).__name__}: {message})"
+        where = "above" if debug else "(run again with --debug or NYSTROM_DEBUG=1)"
+        hint = f"this is a bug in nystrom; please report it with the full traceback {where}"
+        code = 1
+    sys.stderr.write(f"nystrom: error: {message}\n")
+    if hint and not (debug and hint == _DEBUG_HINT):
+        sys.stderr.write(f"hint: {hint}\n")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    code = int(args.func(args) or 0)
+    """Run one ``nystrom`` command (``argv`` default: ``sys.argv[1:]``); returns the exit status."""
+    debug, argv = _debug_requested(list(sys.argv[1:] if argv is None else argv))
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # argparse has printed the error (status 2) or the help (status 0)
+        return int(done.code or 0)
+    try:
+        code = int(args.func(args) or 0)
+    except (Exception, KeyboardInterrupt) as err:
+        return _report(err, debug=debug)
     if "nystrom.training.loop" in sys.modules:  # a training command ran: leave its torchrun group cleanly
         from nystrom.training.loop import shutdown_distributed
 

@@ -10,7 +10,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from nystrom.argtypes import positive_float, positive_int, positive_ints
+from nystrom.argtypes import (
+    UsageError,
+    existing_file,
+    output_dir,
+    positive_float,
+    positive_int,
+    positive_ints,
+)
 
 # options that belong to one suite only; naming one for the other suite is an error, not ignored
 _TABLE1_ONLY = ("device", "batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads")
@@ -34,7 +41,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     wrong = _CORE_ONLY if args.suite == "table1" else _TABLE1_ONLY
     given = [f"--{o.replace('_', '-')}" for o in wrong if getattr(args, o) not in (None, False)]
     if given:
-        raise SystemExit(f"nystrom bench {args.suite}: option(s) {given} do not apply to this suite")
+        raise UsageError(f"nystrom bench {args.suite}: option(s) {given} do not apply to this suite")
     markdown = None if args.no_markdown else args.out / "benchmarks.md"
     if args.suite == "core":
         return _bench_core(args, markdown)
@@ -43,7 +50,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     methods = _or(args.methods, tuple(METHODS))
     bad = [m for m in methods if m not in METHODS]
     if bad:
-        raise SystemExit(f"--methods: unknown {bad}; choose from {list(METHODS)}")
+        raise UsageError(f"--methods: unknown {bad}; choose from {list(METHODS)}")
     try:
         run(
             lengths=_or(args.lengths, (QUICK_LENGTHS if args.quick else LENGTHS)),
@@ -64,7 +71,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             command=_command_line(),
         )
     except ValueError as err:
-        raise SystemExit(str(err)) from err
+        raise UsageError(str(err)) from err  # option values the parser could not check
     return 0
 
 
@@ -81,7 +88,7 @@ def _bench_core(args: argparse.Namespace, markdown: Path | None) -> int:
     for name, vals, allowed in (("--impls", impls, IMPLS), ("--modes", modes, MODES)):
         bad = [v for v in vals if v not in allowed]
         if bad:
-            raise SystemExit(f"{name}: unknown {bad}; choose from {allowed}")
+            raise UsageError(f"{name}: unknown {bad}; choose from {allowed}")
     run(
         lengths=lengths,
         impls=impls,
@@ -103,7 +110,7 @@ def _cmd_approx(args: argparse.Namespace) -> int:
     methods = _or(args.methods, METHODS)
     bad = [m for m in methods if m not in METHODS]
     if bad:
-        raise SystemExit(f"--methods: unknown {bad}; choose from {list(METHODS)}")
+        raise UsageError(f"--methods: unknown {bad}; choose from {list(METHODS)}")
     try:
         run(
             text_lengths=tuple(_or(args.text_lengths, ((256, 512) if args.quick else TEXT_LENGTHS))),
@@ -122,7 +129,7 @@ def _cmd_approx(args: argparse.Namespace) -> int:
             command=_command_line(),
         )
     except (ValueError, FileNotFoundError) as err:
-        raise SystemExit(str(err)) from err
+        raise UsageError(str(err)) from err  # option values the parser could not check
     return 0
 
 
@@ -148,7 +155,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--repeats", type=positive_int, help="timed calls per case, median (default 5; table1 --quick 3)"
     )
     b.add_argument(
-        "--out", type=Path, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
+        "--out", type=output_dir, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
     )
     b.add_argument("--no-markdown", action="store_true", help="do not update OUT/benchmarks.md")
     t = b.add_argument_group("table1 only")
@@ -191,13 +198,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("--methods", type=_names, help="comma-separated subset (default all)")
     a.add_argument("--trials", type=positive_int, help="draws of the random methods (default 3, --quick 1)")
     a.add_argument("--layer", type=int, default=2, help="MiniLM layer whose q, k, v are used (0..5)")
-    a.add_argument("--text", type=Path, help="English text to tokenise (default CPython LICENSE.txt)")
+    a.add_argument(
+        "--text", type=existing_file, help="English text to tokenise (default CPython LICENSE.txt)"
+    )
     a.add_argument("--fig-n", type=positive_int, default=512, help="tokens shown in the Figure 3 maps")
     a.add_argument("--fig-head", type=int, default=0, help="MiniLM head shown in Figure 3")
     a.add_argument("--fig-m", type=positive_int, default=64, help="landmarks in Figure 3")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument(
-        "--out", type=Path, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
+        "--out", type=output_dir, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
     )
     a.add_argument("--no-markdown", action="store_true", help="do not update OUT/benchmarks.md")
     a.set_defaults(func=_cmd_approx)

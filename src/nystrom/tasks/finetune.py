@@ -35,6 +35,7 @@ from nystrom.model import NystromformerConfig, NystromformerForSequenceClassific
 from nystrom.tasks.pretrain import check_eval_batches
 from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_source, parse_attention, transfer
 from nystrom.training import Task, TrainConfig, train
+from nystrom.training.preflight import check_split
 
 F1_TASKS = ("mrpc", "qqp")
 MRPC_GRID = {"batch_size": (8, 16, 32), "lr": (2e-5, 3e-5, 4e-5, 5e-5)}
@@ -242,6 +243,8 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     train_set = ClassificationDataset(splits["train"][0], tok, max_length=length, limit=n_train)
     devs = [ClassificationDataset(e, tok, max_length=length, limit=n_eval) for e in splits["dev"]]
     tests = [ClassificationDataset(e, tok, max_length=length, limit=n_eval) for e in splits["test"]]
+    for data in devs + tests:  # before training: these are predicted after it
+        check_split(_split_name(data.examples), data)
     pad = tok.pad_id
 
     def collate(items: list[dict]) -> dict[str, torch.Tensor]:

@@ -49,6 +49,7 @@ from nystrom.tasks.lra_presets import (
     schedule,
 )
 from nystrom.training import Task, TrainConfig, evaluate, train
+from nystrom.training.preflight import check_splits
 
 
 class MissingDataError(FileNotFoundError):
@@ -227,8 +228,8 @@ def classification_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, di
 
 def make_task(run: LRARun, out: Path) -> Task:
     """Model, data, collate and step of ``run`` as a :class:`nystrom.training.Task`."""
+    model = build_model(run)  # first: a bad --attention fails before any data is generated or loaded
     splits = load_splits(run, out)
-    model = build_model(run)
     spec = TASK_SPECS[run.task]
     if spec.dual:
         collate = collate_pair
@@ -269,6 +270,7 @@ def run_lra(run: LRARun, *, progress: bool = True) -> dict:
     """
     out = run.out_dir()
     task = make_task(run, out)
+    check_splits(task)  # the test split too: the loop is given none (it is evaluated below)
     cfg = train_config(run)
     record = {
         "task": run.task,

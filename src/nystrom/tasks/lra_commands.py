@@ -6,11 +6,9 @@ Wire with ``register(subparsers)`` from the top-level CLI; the leaf sets ``func(
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-from nystrom.argtypes import positive_float, positive_int
-from nystrom.tasks.lra_presets import PRESET_NAMES, TASKS
+from nystrom.argtypes import UsageError, existing_dir, output_dir, positive_float, positive_int
+from nystrom.tasks.lra_presets import PRESET_NAMES, TASKS, parse_attention_spec
 
 _EPILOG = """\
 attention specs (<name>-<int>; a bare name takes the paper's value):
@@ -43,6 +41,16 @@ def _sizes(text: str) -> tuple[int, int, int]:
     return vals  # type: ignore[return-value]
 
 
+def _attention(text: str) -> str:
+    """An attention spec (checked at parse time, before any data is generated); kept as written."""
+    try:
+        parse_attention_spec(text, max_length=1)
+    except ValueError as err:
+        message = str(err).removeprefix(f"--attention {text!r}: ").removeprefix("--attention ")
+        raise argparse.ArgumentTypeError(message) from err
+    return text
+
+
 def run_from_args(args: argparse.Namespace):
     """The :class:`LRARun` an argparse namespace of this command describes."""
     from nystrom.tasks.lra import LRARun
@@ -67,16 +75,20 @@ def run_from_args(args: argparse.Namespace):
 
 
 def cmd_lra(args: argparse.Namespace) -> int:
-    """Run one LRA experiment; prints the test accuracy. Returns 2 (with a message) when data is missing."""
+    """Run one LRA experiment; prints the test accuracy. Missing data files are a usage error."""
     from nystrom.tasks.lra import MissingDataError, run_lra
+    from nystrom.training.runlock import hold_run_folder
 
     try:
         run = run_from_args(args)
-        results = run_lra(run, progress=not args.no_progress)
-    except MissingDataError as err:
-        print(f"nystrom lra: error: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:  # options that do not go together
+        raise UsageError(str(err)) from err
     out = run.out_dir()
+    try:
+        with hold_run_folder(out):  # before the data: a second run into OUT refuses at once
+            results = run_lra(run, progress=not args.no_progress)
+    except MissingDataError as err:
+        raise UsageError(str(err)) from err
     acc = results["test"]["accuracy"]
     best = results["best_dev"]
     best_txt = "n/a" if best is None else f"{best:.4f}"
@@ -98,15 +110,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("task", choices=TASKS)
-    p.add_argument("--attention", default="nystrom-64", help="attention spec (default nystrom-64; see below)")
+    p.add_argument(
+        "--attention",
+        type=_attention,
+        default="nystrom-64",
+        help="attention spec (default nystrom-64; see below)",
+    )
     p.add_argument(
         "--preset",
         choices=PRESET_NAMES,
         default="official",
         help="official: the released per-task schedule; quick: a few minutes on a CPU (smoke test)",
     )
-    p.add_argument("--data", type=Path, help="folder with the task's files in the release format")
-    p.add_argument("--out", type=Path, help="output folder (default runs/lra/TASK-ATTN-PRESET-seedS)")
+    p.add_argument("--data", type=existing_dir, help="folder with the task's files in the release format")
+    p.add_argument("--out", type=output_dir, help="output folder (default runs/lra/TASK-ATTN-PRESET-seedS)")
     p.add_argument("--steps", type=positive_int, help="optimiser steps (warm-up scales proportionally)")
     p.add_argument("--batch-size", type=positive_int, help="examples per optimiser step")
     p.add_argument("--lr", type=positive_float, help="peak learning rate")

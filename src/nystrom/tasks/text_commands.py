@@ -11,7 +11,17 @@ import json
 import os
 from pathlib import Path
 
-from nystrom.argtypes import positive_float, positive_int
+from nystrom.argtypes import (
+    ArgumentParser,
+    existing_dir,
+    existing_file,
+    non_negative_int,
+    open_fraction,
+    output_dir,
+    output_file,
+    positive_float,
+    positive_int,
+)
 
 _PRETRAIN_EPILOG = """\
 presets: paper (batch 256, length 512, 500k steps), quick (16, 128, 200 steps),
@@ -37,6 +47,57 @@ def _kernel(text: str) -> int | None:
     return None if text in ("0", "none") else positive_int(text)
 
 
+def _attention(text: str) -> str:
+    """``nystrom-<landmarks>`` or ``softmax``, checked at parse time; kept as written."""
+    from nystrom.tasks.text_models import parse_attention
+
+    try:
+        parse_attention(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--attention ")) from err
+    return text
+
+
+def _folder(text: str) -> str:
+    """A folder that exists, kept as a string (as the run records store it)."""
+    return str(existing_dir(text))
+
+
+def _bert(text: str) -> str:
+    """``minilm`` (the bundled all-MiniLM-L6-v2) or a folder that exists."""
+    return text if text == "minilm" else _folder(text)
+
+
+def _model(text: str) -> str:
+    """A model preset name (bert-small, bert-base) or a configuration .json that exists."""
+    if text.endswith(".json"):
+        return str(existing_file(text))
+    from nystrom.model import NystromformerConfig
+
+    try:
+        NystromformerConfig.preset(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"expected a preset name or a config .json: {err}") from err
+    return text
+
+
+def _corpus(text: str) -> str:
+    """A text file, a folder or a built-in corpus name."""
+    from nystrom.data.text_corpus import BUILTIN_CORPORA
+
+    if text in BUILTIN_CORPORA or Path(text).exists():
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} does not exist (nor is it one of {', '.join(BUILTIN_CORPORA)})"
+    )
+
+
+def _run_folder(out: Path):
+    from nystrom.training.runlock import hold_run_folder
+
+    return hold_run_folder(out)  # before the data: a second run into OUT refuses at once
+
+
 def _is_main() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
@@ -52,7 +113,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
         dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed, bf16=args.bf16,
     )  # fmt: skip
-    res = run_pretrain(run, progress=not args.no_progress)
+    with _run_folder(args.out):
+        res = run_pretrain(run, progress=not args.no_progress)
     if _is_main():
         print(json.dumps(res, indent=2, sort_keys=True))
         print(f"model (best dev MLM accuracy) in {args.out / 'model'}")
@@ -78,7 +140,8 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         max_eval_examples=args.max_eval_examples, dropout=args.dropout, seed=args.seed, bf16=args.bf16,
         select_metric=args.select_metric,
     )  # fmt: skip
-    res = run_finetune(run, progress=not args.no_progress)
+    with _run_folder(args.out):
+        res = run_finetune(run, progress=not args.no_progress)
     if _is_main():
         for split, r in res.items():
             if split != "loop":
@@ -89,12 +152,15 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, required=True, help="output folder (re-running resumes from OUT/last)")
     p.add_argument(
-        "--init-from-bert", metavar="PATH", help="HF BERT folder, or 'minilm' (bundled all-MiniLM-L6-v2)"
+        "--out", type=output_dir, required=True, help="output folder (re-running resumes from OUT/last)"
     )
     p.add_argument(
-        "--tokenizer", type=Path, help="tokenizer.json (default: the one beside the initialisation)"
+        "--init-from-bert", type=_bert, metavar="PATH",
+        help="HF BERT folder, or 'minilm' (bundled all-MiniLM-L6-v2)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tokenizer", type=existing_file, help="tokenizer.json (default: the one beside the initialisation)"
     )
     p.add_argument(
         "--conv-kernel", type=_kernel, default=65, help="Nyström conv skip taps (0 = none; default 65)"
@@ -117,20 +183,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "pretrain", help="masked-LM + sentence-order pre-training (the paper's Fig. 5/6)",
         epilog=_PRETRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
-    p.add_argument("--corpus", nargs="+", required=True, help="text files, folders or 'python-docstrings'")
+    p.add_argument(
+        "--corpus", type=_corpus, nargs="+", required=True, help="text files, folders or 'python-docstrings'"
+    )
     p.add_argument("--preset", choices=sorted(PT_PRESETS), default="quick")
     p.add_argument(
-        "--attention", default="nystrom-64", help="nystrom-<landmarks> or softmax (default nystrom-64)"
-    )
+        "--attention", type=_attention, default="nystrom-64",
+        help="nystrom-<landmarks> or softmax (default nystrom-64)",
+    )  # fmt: skip
     p.add_argument(
-        "--model", default="bert-small", help="fresh model: bert-small, bert-base or a config .json"
+        "--model",
+        type=_model,
+        default="bert-small",
+        help="fresh model: bert-small, bert-base or a config .json",
     )
     p.add_argument(
         "--train-tokenizer", type=positive_int, metavar="VOCAB", help="train a WordPiece on the corpus"
     )
     p.add_argument("--steps", type=positive_int, help="optimiser steps (warm-up = 2%% unless --warmup)")
     p.add_argument("--seq-len", type=positive_int, help="tokens per example")
-    p.add_argument("--warmup", type=int, help="warm-up steps")
+    p.add_argument("--warmup", type=non_negative_int, help="warm-up steps")
     p.add_argument("--eval-every", type=positive_int, help="steps between dev evaluations")
     p.add_argument("--eval-batches", type=positive_int, help="dev batches per evaluation")
     p.add_argument(
@@ -139,7 +211,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="blank",
         help="documents: blank-line separated or one per file",
     )
-    p.add_argument("--dev-fraction", type=float, default=0.05, help="documents held out for MLM/SOP accuracy")
+    p.add_argument(
+        "--dev-fraction", type=open_fraction, default=0.05, help="documents held out for MLM/SOP accuracy"
+    )
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per step")
     _common(p)
     p.set_defaults(func=cmd_pretrain)
@@ -147,21 +221,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c = subparsers.add_parser(
         "pretrain-compare", help="dev MLM/SOP curves of pretrain runs in one PNG + table"
     )
-    c.add_argument("runs", nargs="+", type=Path, help="`nystrom pretrain` output folders")
-    c.add_argument("--png", type=Path, required=True, help="figure to write")
-    c.add_argument("--table", type=Path, help="markdown table to write")
+    c.add_argument("runs", nargs="+", type=existing_dir, help="`nystrom pretrain` output folders")
+    c.add_argument("--png", type=output_file, required=True, help="figure to write")
+    c.add_argument("--table", type=output_file, help="markdown table to write")
     c.set_defaults(func=cmd_compare)
 
     f = subparsers.add_parser("finetune", help="GLUE / IMDB fine-tuning (the paper's Table 2)")
     f.add_argument("task", choices=FINETUNE_TASKS)
     f.add_argument(
-        "--data", type=Path, required=True, help="GLUE root (holding SST-2/, MRPC/, ...) or aclImdb/"
+        "--data", type=existing_dir, required=True, help="GLUE root (holding SST-2/, MRPC/, ...) or aclImdb/"
     )
     f.add_argument("--preset", choices=sorted(FT_PRESETS), default="paper")
-    f.add_argument("--from-hf", metavar="PATH", help="HF Nystromformer folder")
-    f.add_argument("--from-pretrain", metavar="DIR", help="output folder of `nystrom pretrain`")
-    f.add_argument("--model", help="fresh model (no initialisation): bert-small, bert-base or a config .json")
-    f.add_argument("--attention", help="nystrom-<landmarks> or softmax (default: the initialisation's)")
+    f.add_argument("--from-hf", type=_folder, metavar="PATH", help="HF Nystromformer folder")
+    f.add_argument("--from-pretrain", type=_folder, metavar="DIR", help="output folder of `nystrom pretrain`")
+    f.add_argument(
+        "--model",
+        type=_model,
+        help="fresh model (no initialisation): bert-small, bert-base or a config .json",
+    )
+    f.add_argument(
+        "--attention", type=_attention, help="nystrom-<landmarks> or softmax (default: the initialisation's)"
+    )
     f.add_argument("--epochs", type=positive_float, help="passes over the training set (paper: 4)")
     f.add_argument("--max-length", type=positive_int, help="tokens per example (128; IMDB 512)")
     f.add_argument("--max-train-examples", type=positive_int, help="use only the first N training examples")
@@ -178,7 +258,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m nystrom.tasks.text_commands pretrain ...``, e.g. under torchrun)."""
-    parser = argparse.ArgumentParser(prog="nystrom")
+    parser = ArgumentParser(prog="nystrom")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     code = int(args.func(args) or 0)

@@ -34,6 +34,7 @@ from nystrom.training.checkpoint import (
 )
 from nystrom.training.config import TrainConfig
 from nystrom.training.logging import MetricsLog, plot_curves
+from nystrom.training.runlock import guard_run_folder
 from nystrom.training.schedule import make_scheduler
 
 #: forward(model, batch) -> (mean loss, {metric: (sum, count)})
@@ -161,6 +162,7 @@ def evaluate(
     return res | task.derived(res) if task.derived is not None else res
 
 
+@guard_run_folder  # data splits checked, then OUT locked against a second run, and run.json written
 def train(
     task: Task, cfg: TrainConfig, out_dir: Path, *, progress: bool = True, stop_after: int | None = None
 ) -> dict:

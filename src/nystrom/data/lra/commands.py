@@ -9,22 +9,9 @@ import argparse
 
 from tqdm import tqdm
 
+from nystrom.argtypes import non_negative_int, output_dir, positive_int
 from nystrom.data.lra.listops import generate_listops
 from nystrom.data.lra.pathfinder_io import DIFFICULTY_DIRS, generate_pathfinder
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an int >= 0, got {text}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1, got {text}")
-    return value
 
 
 def _run_listops(args: argparse.Namespace) -> int:
@@ -66,20 +53,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = data.add_subparsers(dest="data_command", required=True)
 
     lo = sub.add_parser("listops", help="ListOps TSVs like the LRA release (basic_{train,val,test}.tsv)")
-    lo.add_argument("out_dir", metavar="OUT_DIR")
-    lo.add_argument("--train", type=_non_negative, default=96_000, help="train examples (default 96000)")
-    lo.add_argument("--dev", type=_non_negative, default=2_000, help="dev examples (default 2000)")
-    lo.add_argument("--test", type=_non_negative, default=2_000, help="test examples (default 2000)")
+    lo.add_argument("out_dir", type=output_dir, metavar="OUT_DIR")
+    lo.add_argument("--train", type=non_negative_int, default=96_000, help="train examples (default 96000)")
+    lo.add_argument("--dev", type=non_negative_int, default=2_000, help="dev examples (default 2000)")
+    lo.add_argument("--test", type=non_negative_int, default=2_000, help="test examples (default 2000)")
     lo.add_argument("--seed", type=int, default=0)
-    lo.add_argument("--workers", type=_positive, default=1, help="processes; output does not depend on it")
-    lo.add_argument("--chunk-size", type=_positive, default=500, help="examples per seeded chunk")
+    lo.add_argument("--workers", type=positive_int, default=1, help="processes; output does not depend on it")
+    lo.add_argument("--chunk-size", type=positive_int, default=500, help="examples per seeded chunk")
     lo.set_defaults(func=_run_listops)
 
     pf = sub.add_parser("pathfinder", help="Pathfinder 32x32 PNG folders + metadata like the LRA release")
-    pf.add_argument("out_dir", metavar="OUT_DIR")
+    pf.add_argument("out_dir", type=output_dir, metavar="OUT_DIR")
     pf.add_argument("--difficulty", type=int, choices=sorted(DIFFICULTY_DIRS), default=14)
-    pf.add_argument("--count", type=_positive, default=1000, help="number of images (default 1000)")
+    pf.add_argument("--count", type=positive_int, default=1000, help="number of images (default 1000)")
     pf.add_argument("--seed", type=int, default=0)
-    pf.add_argument("--workers", type=_positive, default=1, help="processes; output does not depend on it")
-    pf.add_argument("--images-per-batch", type=_positive, default=1000, help="images per imgs/<batch> folder")
+    pf.add_argument("--workers", type=positive_int, default=1, help="processes; output does not depend on it")
+    pf.add_argument(
+        "--images-per-batch", type=positive_int, default=1000, help="images per imgs/<batch> folder"
+    )
     pf.set_defaults(func=_run_pathfinder)
