@@ -112,7 +112,8 @@ def lsh_attention(
         """Rows ``idx`` (b, h, r, t) of x (b, h, np, e) -> (b, h, r, t, e)."""
         # whole-row index_select: about twice as fast on CPU as an element-wise gather
         flat = idx + n_pad * torch.arange(b * h, device=dev).view(b, h, 1, 1)  # (b, h, r, t) row ids
-        return x.reshape(b * h * n_pad, -1).index_select(0, flat.flatten()).view(*idx.shape, -1)
+        rows = x.reshape(b * h * n_pad, x.shape[-1])  # not -1: ambiguous for an empty batch (b = 0)
+        return rows.index_select(0, flat.flatten()).view(*idx.shape, x.shape[-1])
 
     s_q = take(qk, sticker).unflatten(3, (nc, c))  # (b, h, r, nc, c, d)
     s_k = take(torch.nn.functional.normalize(qk, p=2.0, dim=-1), window).unflatten(3, (nc, 2 * c))
