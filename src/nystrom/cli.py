@@ -75,13 +75,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )  # fmt: skip
 
 
-def _hint(err: BaseException) -> str:
+def _hint(err: BaseException, command: str) -> str:
     import torch
 
     from nystrom.training.runlock import RunFolderInUseError
 
     if isinstance(err, UsageError):
-        return "`nystrom COMMAND --help` lists the options"
+        return f"`nystrom {command} --help` lists the options"
     if isinstance(err, RunFolderInUseError):
         return "wait for that run to finish, or give another --out"
     if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
@@ -91,7 +91,7 @@ def _hint(err: BaseException) -> str:
     return _DEBUG_HINT
 
 
-def _report(err: BaseException, *, debug: bool) -> int:
+def _report(err: BaseException, *, command: str, debug: bool) -> int:
     """Print the one-line error (and the traceback when ``debug``); the exit status."""
     if debug:
         traceback.print_exception(err)
@@ -103,7 +103,7 @@ def _report(err: BaseException, *, debug: bool) -> int:
         return 130
     message = str(err).strip().replace("\n", " ") or type(err).__name__
     if isinstance(err, _user_errors()):
-        hint = _hint(err)
+        hint = _hint(err, command)
         code = 2 if isinstance(err, UsageError) else 1
     else:  # anything else is a bug in nystrom (or in a library under it), not the user's input
         message = f"internal error ({type(err).__name__}: {message})"
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = int(args.func(args) or 0)
     except (Exception, KeyboardInterrupt) as err:
-        return _report(err, debug=debug)
+        return _report(err, command=args.command, debug=debug)
     if "nystrom.training.loop" in sys.modules:  # a training command ran: leave its torchrun group cleanly
         from nystrom.training.loop import shutdown_distributed
 
