@@ -32,7 +32,9 @@ def test_a_bogus_attention_fails_at_parse_time_before_listops_is_generated(tmp_p
 def test_the_learning_rate_must_be_a_finite_positive_number(value, capsys):
     for argv in (["lra", "listops"], ["pretrain", "--corpus", "python-docstrings", "--out", "x"]):
         assert main([*argv, f"--lr={value}"]) == 2  # = form: argparse reads -inf as an option
-        assert _err(capsys)[0] == f"nystrom: error: argument --lr: expected a finite number > 0, got {value!r}"
+        assert (
+            _err(capsys)[0] == f"nystrom: error: argument --lr: expected a finite number > 0, got {value!r}"
+        )
 
 
 def _file(tmp_path: Path) -> Path:
@@ -42,6 +44,7 @@ def _file(tmp_path: Path) -> Path:
 
 
 #: (command line, the option and the words the one-line error must name); "{f}" is a file, "{m}" missing
+# fmt: off
 BAD = [
     # nystrom lra
     (["lra", "listops", "--steps", "0"], "--steps: expected a positive integer, got '0'"),
@@ -93,6 +96,7 @@ BAD = [
     (["approx", "--trials", "0"], "--trials: expected a positive integer"),
     (["approx", "--methods", "bogus"], "--methods: unknown ['bogus']"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("argv, words", BAD, ids=[" ".join(a) for a, _ in BAD])
@@ -172,6 +176,7 @@ def test_missing_data_files_in_an_existing_folder_are_a_usage_error(tmp_path, ca
     lines = _err(capsys)
     assert lines[0].startswith(f"nystrom: error: retrieval: data not found at {tmp_path}")
     assert "new_aan_pairs.train.tsv" in lines[0] and len(lines) == 2
+    assert not (tmp_path / "o").exists()  # the refused run leaves no empty output folder
 
 
 def test_help_exits_0(capsys):

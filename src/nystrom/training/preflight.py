@@ -22,7 +22,7 @@ def check_split(name: str, data: Sequence) -> None:
     if len(data) == 0:
         action = "train on" if name == "train" else "evaluate"
         raise ValueError(
-            f"the {name} split is empty{where}: there is nothing to {action}; check the data folder "
+            f"the {name} split{where} is empty: there is nothing to {action}; check the data folder "
             "or the size options"
         )
     lengths = getattr(data, "lengths", None)

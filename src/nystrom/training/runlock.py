@@ -103,6 +103,7 @@ class _Hold:
     fd: int
     path: Path
     thread: int
+    created: bool  # the folder did not exist: removed again on release if the run left nothing in it
     depth: int = 1
 
 
@@ -111,6 +112,7 @@ _held_guard = threading.Lock()
 
 
 def _acquire(folder: Path) -> _Hold:
+    created = not folder.is_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
     me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(), "command": list(sys.argv)}
@@ -140,7 +142,7 @@ def _acquire(folder: Path) -> _Hold:
         except BaseException:
             os.close(fd)
             raise
-        return _Hold(fd=fd, path=path, thread=threading.get_ident())
+        return _Hold(fd=fd, path=path, thread=threading.get_ident(), created=created)
     raise RunFolderInUseError(folder, None, reason="its lock file keeps being replaced; try again")
 
 
@@ -174,6 +176,11 @@ def _release(hold: _Hold) -> None:
         pass
     finally:
         os.close(hold.fd)  # releases the flock
+    if hold.created:
+        try:
+            hold.path.parent.rmdir()  # a run refused before writing anything leaves no empty folder
+        except OSError:
+            pass  # not empty: the run's outputs
 
 
 @contextmanager
