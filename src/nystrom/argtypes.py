@@ -34,26 +34,24 @@ def _bad(kind: str, text: str) -> argparse.ArgumentTypeError:
     return argparse.ArgumentTypeError(f"expected {kind}, got {text!r}")
 
 
-def positive_int(text: str) -> int:
-    """An int ≥ 1."""
+def _int_at_least(text: str, low: int, kind: str) -> int:
     try:
         value = int(text)
     except ValueError as err:
-        raise _bad("a positive integer", text) from err
-    if value < 1:
-        raise _bad("a positive integer", text)
+        raise _bad(kind, text) from err
+    if value < low:
+        raise _bad(kind, text)
     return value
+
+
+def positive_int(text: str) -> int:
+    """An int ≥ 1."""
+    return _int_at_least(text, 1, "a positive integer")
 
 
 def non_negative_int(text: str) -> int:
     """An int ≥ 0."""
-    try:
-        value = int(text)
-    except ValueError as err:
-        raise _bad("an integer >= 0", text) from err
-    if value < 0:
-        raise _bad("an integer >= 0", text)
-    return value
+    return _int_at_least(text, 0, "an integer >= 0")
 
 
 def positive_float(text: str) -> float:
@@ -89,22 +87,25 @@ def positive_ints(text: str) -> list[int]:
     return vals
 
 
+def _existing(text: str, *, folder: bool) -> Path:
+    path = Path(text)
+    if path.is_dir() if folder else path.is_file():
+        return path
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text!r} does not exist")
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is a {'file, not a folder' if folder else 'folder, not a file'}"
+    )
+
+
 def existing_dir(text: str) -> Path:
     """A folder that exists."""
-    path = Path(text)
-    if not path.is_dir():
-        what = "is a file, not a folder" if path.exists() else "does not exist"
-        raise argparse.ArgumentTypeError(f"{text!r} {what}")
-    return path
+    return _existing(text, folder=True)
 
 
 def existing_file(text: str) -> Path:
     """A file that exists."""
-    path = Path(text)
-    if not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else "does not exist"
-        raise argparse.ArgumentTypeError(f"{text!r} {what}")
-    return path
+    return _existing(text, folder=False)
 
 
 def output_dir(text: str) -> Path:
