@@ -95,6 +95,8 @@ BAD = [
     (["approx", "--text", "{m}"], "--text: '{m}' does not exist"),
     (["approx", "--trials", "0"], "--trials: expected a positive integer"),
     (["approx", "--methods", "bogus"], "--methods: unknown ['bogus']"),
+    (["approx", "--layer", "6"], "--layer: expected an integer from 0 to 5, got '6'"),
+    (["approx", "--fig-head=-1"], "--fig-head: expected an integer from 0 to 11"),
 ]
 # fmt: on
 
@@ -190,3 +192,13 @@ def test_options_that_do_not_go_together_are_a_usage_error_with_the_commands_hel
         "nystrom: error: listops_sizes (--listops-sizes) only applies to the listops task",
         "hint: `nystrom lra --help` lists the options",
     ]
+
+
+def test_the_approx_ranges_are_those_of_the_bundled_minilm():
+    import json
+
+    from nystrom.bench.commands import MINILM_HEADS, MINILM_LAYERS
+    from nystrom.model import minilm_path
+
+    cfg = json.loads((minilm_path() / "config.json").read_text())
+    assert (cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (MINILM_LAYERS, MINILM_HEADS)

@@ -54,6 +54,19 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0, "an integer >= 0")
 
 
+def int_in_range(low: int, high: int):
+    """A ``type=`` for an int in ``[low, high]``."""
+
+    def parse(text: str) -> int:
+        value = _int_at_least(text, low, f"an integer from {low} to {high}")
+        if value > high:
+            raise _bad(f"an integer from {low} to {high}", text)
+        return value
+
+    parse.__name__ = f"int in [{low}, {high}]"
+    return parse
+
+
 def positive_float(text: str) -> float:
     """A finite float > 0 (``inf`` and ``nan`` are refused: a learning rate or a budget must be a number)."""
     try:

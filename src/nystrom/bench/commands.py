@@ -13,12 +13,14 @@ from pathlib import Path
 from nystrom.argtypes import (
     UsageError,
     existing_file,
+    int_in_range,
     output_dir,
     positive_float,
     positive_int,
     positive_ints,
 )
 
+MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx` reads q, k, v from
 # options that belong to one suite only; naming one for the other suite is an error, not ignored
 _TABLE1_ONLY = ("device", "batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads")
 _CORE_ONLY = ("impls", "modes", "landmarks")
@@ -197,12 +199,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     a.add_argument("--params", type=positive_ints, help="budgets m (default 8..256)")
     a.add_argument("--methods", type=_names, help="comma-separated subset (default all)")
     a.add_argument("--trials", type=positive_int, help="draws of the random methods (default 3, --quick 1)")
-    a.add_argument("--layer", type=int, default=2, help="MiniLM layer whose q, k, v are used (0..5)")
+    a.add_argument(
+        "--layer",
+        type=int_in_range(0, MINILM_LAYERS - 1),
+        default=2,
+        help="MiniLM layer whose q, k, v are used (0..5)",
+    )
     a.add_argument(
         "--text", type=existing_file, help="English text to tokenise (default CPython LICENSE.txt)"
     )
     a.add_argument("--fig-n", type=positive_int, default=512, help="tokens shown in the Figure 3 maps")
-    a.add_argument("--fig-head", type=int, default=0, help="MiniLM head shown in Figure 3")
+    a.add_argument(
+        "--fig-head",
+        type=int_in_range(0, MINILM_HEADS - 1),
+        default=0,
+        help="MiniLM head shown in Figure 3 (0..11)",
+    )
     a.add_argument("--fig-m", type=positive_int, default=64, help="landmarks in Figure 3")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument(
