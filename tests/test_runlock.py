@@ -203,3 +203,17 @@ def test_the_run_record_of_a_model_with_a_config_holds_it(tmp_path):
     rec = json.loads((tmp_path / RECORD_NAME).read_text())
     assert rec["model_config"]["attention"]["num_landmarks"] == 64
     assert rec["model_class"].endswith("NystromformerForSequenceClassification")
+
+
+def test_under_torchrun_a_refused_rank_0_stops_the_run(tmp_path, free_port):
+    """Rank 0 holds the one lock of a torchrun run (test_training's DDP test: the lock is released and
+    run.json says world_size 2); when it is refused, torchrun stops the other rank too."""
+    toy = str(Path(__file__).parent / "toy_task.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port}"]
+    holder = Holder(tmp_path / "held")
+    try:
+        refused = subprocess.run([*cmd, toy, str(tmp_path / "held")], env=ENV, capture_output=True, text=True)
+    finally:
+        holder.stop()
+    assert refused.returncode != 0 and f"is in use by pid {holder.proc.pid}" in refused.stderr
+    assert not (tmp_path / "held" / "metrics.jsonl").exists()

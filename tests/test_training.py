@@ -88,6 +88,8 @@ def test_ddp_two_processes_equals_one_process(tmp_path, free_port):
     d1 = read_metrics(one / "metrics.jsonl")
     d2 = read_metrics(two / "metrics.jsonl")
     assert [r["step"] for r in d1] == [r["step"] for r in d2]
+    assert json.loads((two / "run.json").read_text())["world_size"] == 2  # one run record, one lock (rank 0)
+    assert not (two / "run.lock").exists()
 
 
 def test_grad_accumulation_equals_full_batch(tmp_path):
