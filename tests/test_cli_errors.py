@@ -202,3 +202,12 @@ def test_the_approx_ranges_are_those_of_the_bundled_minilm():
 
     cfg = json.loads((minilm_path() / "config.json").read_text())
     assert (cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (MINILM_LAYERS, MINILM_HEADS)
+
+
+def test_out_of_memory_hints_at_the_batch_size(monkeypatch, capsys):
+    _failing_demo(monkeypatch, MemoryError("cannot allocate 8 GiB"))
+    assert main(["demo"]) == 1
+    assert _err(capsys) == [
+        "nystrom: error: cannot allocate 8 GiB",
+        "hint: reduce --batch-size (or the sequence length)",
+    ]

@@ -85,7 +85,7 @@ def _hint(err: BaseException, command: str) -> str:
     if isinstance(err, RunFolderInUseError):
         return "wait for that run to finish, or give another --out"
     if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
-        return "reduce --batch-size (or the sequence length); " + _DEBUG_HINT
+        return "reduce --batch-size (or the sequence length)"
     if isinstance(err, ModuleNotFoundError):
         return f"install the missing package ({err.name}) into this environment"
     return _DEBUG_HINT
