@@ -11,6 +11,11 @@ import pytest
 from nystrom.cli import main
 
 
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch):
+    monkeypatch.delenv("NYSTROM_DEBUG", raising=False)  # a developer's NYSTROM_DEBUG=1 adds tracebacks
+
+
 def _err(capsys) -> list[str]:
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -134,7 +139,6 @@ def _failing_demo(monkeypatch, err: BaseException) -> None:
 )
 def test_a_user_error_is_one_line_with_a_hint_and_exit_1(err, monkeypatch, capsys):
     _failing_demo(monkeypatch, err)
-    monkeypatch.delenv("NYSTROM_DEBUG", raising=False)
     assert main(["demo"]) == 1
     assert _err(capsys) == [
         f"nystrom: error: {err}",
@@ -144,7 +148,6 @@ def test_a_user_error_is_one_line_with_a_hint_and_exit_1(err, monkeypatch, capsy
 
 def test_a_bug_says_internal_error_and_asks_for_a_report(monkeypatch, capsys):
     _failing_demo(monkeypatch, KeyError("accuracy"))
-    monkeypatch.delenv("NYSTROM_DEBUG", raising=False)
     assert main(["demo"]) == 1
     assert _err(capsys) == [
         "nystrom: error: internal error (KeyError: 'accuracy')",
@@ -156,7 +159,6 @@ def test_a_bug_says_internal_error_and_asks_for_a_report(monkeypatch, capsys):
 @pytest.mark.parametrize("how", ["--debug first", "--debug last", "NYSTROM_DEBUG=1"])
 def test_debug_prints_the_traceback(how, monkeypatch, capsys):
     _failing_demo(monkeypatch, ValueError("bad value"))
-    monkeypatch.delenv("NYSTROM_DEBUG", raising=False)
     argv = {"--debug first": ["--debug", "demo"], "--debug last": ["demo", "--debug"]}.get(how, ["demo"])
     if how.startswith("NYSTROM_DEBUG"):
         monkeypatch.setenv("NYSTROM_DEBUG", "1")

@@ -71,7 +71,8 @@ def test_a_second_run_into_a_folder_in_use_refuses_naming_folder_and_holder(tmp_
     assert res["step"] == 4
 
 
-def test_the_cli_refuses_at_once_before_generating_data(tmp_path, capsys):
+def test_the_cli_refuses_at_once_before_generating_data(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("NYSTROM_DEBUG", raising=False)
     holder = Holder(tmp_path)
     try:
         argv = ["lra", "listops", "--preset", "quick", "--listops-sizes", "20,5,5", "--out", str(tmp_path)]
