@@ -213,3 +213,15 @@ def test_out_of_memory_hints_at_the_batch_size(monkeypatch, capsys):
         "nystrom: error: cannot allocate 8 GiB",
         "hint: reduce --batch-size (or the sequence length)",
     ]
+
+
+def test_a_bad_data_file_is_one_line_naming_file_and_line(tmp_path, capsys):
+    data = tmp_path / "listops"
+    data.mkdir()
+    for split in ("train", "val", "test"):
+        (data / f"basic_{split}.tsv").write_text("Source\tTarget\n( [MAX 2 9 ] )\t9\n[MIN 1 2 ]\tx\n")
+    out = tmp_path / "run"
+    assert main(["lra", "listops", "--data", str(data), "--out", str(out)]) == 1
+    lines = _err(capsys)
+    assert lines[0].startswith(f"nystrom: error: {data / 'basic_train.tsv'} line 3: ") and len(lines) == 2
+    assert not out.exists()  # refused at load time: no lock, record or checkpoint left behind
