@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -67,26 +68,24 @@ def int_in_range(low: int, high: int):
     return parse
 
 
-def positive_float(text: str) -> float:
-    """A finite float > 0 (``inf`` and ``nan`` are refused: a learning rate or a budget must be a number)."""
+def _float_where(text: str, ok: Callable[[float], bool], kind: str) -> float:
     try:
         value = float(text)
     except ValueError as err:
-        raise _bad("a finite number > 0", text) from err
-    if not (math.isfinite(value) and value > 0):
-        raise _bad("a finite number > 0", text)
+        raise _bad(kind, text) from err
+    if not ok(value):
+        raise _bad(kind, text)
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite float > 0 (``inf`` and ``nan`` are refused: a learning rate or a budget must be a number)."""
+    return _float_where(text, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
 def open_fraction(text: str) -> float:
     """A float strictly between 0 and 1."""
-    try:
-        value = float(text)
-    except ValueError as err:
-        raise _bad("a number between 0 and 1 (exclusive)", text) from err
-    if not 0.0 < value < 1.0:
-        raise _bad("a number between 0 and 1 (exclusive)", text)
-    return value
+    return _float_where(text, lambda v: 0.0 < v < 1.0, "a number between 0 and 1 (exclusive)")
 
 
 def positive_ints(text: str) -> list[int]:
