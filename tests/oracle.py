@@ -64,6 +64,25 @@ def nystrom_oracle(q, k, v, m, mask=None, pinv="exact", iters=6):
     return out
 
 
+def linear_oracle(q, k, v, mask=None):
+    """ELU linear attention in float64 from its definition, per sample, head and query (a loop over the
+    real keys): out_i = sum_j (phi(q_i)·phi(k_j)) v_j / sum_j phi(q_i)·phi(k_j), phi(x) = elu(x) + 1."""
+    q, k, v = q.double(), k.double(), v.double()
+
+    def phi(x):
+        return torch.where(x > 0, x + 1, torch.exp(x))  # elu(x) + 1 written out
+
+    b, h, n, _ = q.shape
+    out = torch.zeros(b, h, n, v.shape[-1], dtype=torch.float64)
+    for i in range(b):
+        real = [t for t in range(n) if mask is None or bool(mask[i, t])]
+        for j in range(h):
+            for t in range(n):
+                w = torch.stack([phi(q[i, j, t]) @ phi(k[i, j, s]) for s in real])  # (L,)
+                out[i, j, t] = (w[:, None] * v[i, j, real]).sum(0) / w.sum()
+    return out
+
+
 def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     """‖a − b‖ / ‖b‖ in float64."""
     a, b = a.detach().double(), b.detach().double()

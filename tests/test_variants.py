@@ -1,4 +1,4 @@
-"""Baseline variants (Linformer, Longformer, Performer, Reformer) against float64 references.
+"""Baseline variants (Linear, Linformer, Longformer, Performer, Reformer) against float64 references.
 
 Each reference is written plainly from the method's definition (einsum sums, dense (n, n) masks, loops),
 a different code path from the fast chunked/batched implementation it checks.
@@ -12,16 +12,18 @@ import math
 import pytest
 import torch
 
+from nystrom.attention.linear import LinearAttention
 from nystrom.attention.linformer import LinformerAttention
 from nystrom.attention.longformer import LongformerAttention
 from nystrom.attention.performer import PerformerAttention
 from nystrom.attention.reformer import ReformerAttention
+from nystrom.functional.linear import elu_feature_map, linear_attention
 from nystrom.functional.linformer import linformer_attention
 from nystrom.functional.longformer import sliding_window_attention
 from nystrom.functional.performer import favor_features, orthogonal_random_features, performer_attention
 from nystrom.functional.reformer import SELF_LOGIT, lsh_attention, lsh_num_buckets, random_rotations
 
-from oracle import softmax_oracle
+from oracle import linear_oracle, softmax_oracle
 
 F64 = torch.float64
 
@@ -36,6 +38,54 @@ def pad_mask(lengths, n):
 
 def rel(a, b):
     return ((a - b).norm() / b.norm()).item()
+
+
+# ---------------------------------------------------------------- linear (ELU)
+@pytest.mark.parametrize("masked", [False, True])
+def test_linear_matches_oracle(masked):
+    q, k, v = qkv(amp=2.0)  # |x| up to ~8: both branches of elu (x + 1 and exp(x)) are exercised
+    mask = pad_mask([37, 21], 37) if masked else None
+    out = linear_attention(q, k, v, key_padding_mask=mask)
+    assert torch.allclose(out, linear_oracle(q, k, v, mask), atol=1e-12, rtol=1e-10)
+
+
+def test_linear_feature_map_and_normalisation():
+    x = torch.tensor([-30.0, -1.0, 0.0, 0.5, 3.0], dtype=F64)
+    assert torch.allclose(
+        elu_feature_map(x), torch.tensor([math.exp(-30), math.exp(-1), 1.0, 1.5, 4.0], dtype=F64)
+    )
+    q, k, _ = qkv(n=11)
+    v = torch.full((2, 3, 11, 5), 7.0, dtype=F64)  # weights sum to 1: constant values come back exactly
+    assert torch.allclose(linear_attention(q, k, v), v, atol=1e-12)
+    # one real key: every query returns that key's value, whatever the padding holds
+    k[0, :, 1:] = torch.nan
+    v = torch.randn(2, 3, 11, 4, dtype=F64)
+    v[0, :, 1:] = torch.nan
+    out = linear_attention(q, k, v, key_padding_mask=pad_mask([1, 11], 11))
+    assert torch.allclose(out[0], v[0, :, :1].expand(3, 11, 4), atol=1e-12)
+    # no underflow to 0/0 when every feature is ~exp(-200)
+    tiny = linear_attention(-200 + q.float(), -200 + k.nan_to_num(0).float(), v.nan_to_num(0).float())
+    assert torch.isfinite(tiny).all()
+
+
+def test_linear_nan_padding_ends_like_a_short_run_and_gets_no_gradient():
+    mod = LinearAttention(16, heads=2, dim_head=8).double()
+    x = torch.randn(2, 30, 16, dtype=F64)
+    mask = pad_mask([30, 12], 30)
+    x_nan = x.clone()
+    x_nan[1, 12:] = torch.nan
+    out = mod(x_nan, mask)
+    assert torch.allclose(out[1, :12], mod(x[1:, :12])[0], atol=1e-12)
+    assert torch.allclose(out[0], mod(x[:1])[0], atol=1e-12)  # batch-mates do not interact
+    # gradients: huge finite garbage (a NaN input row poisons any Linear's weight gradient, 0 * NaN)
+    x_big = x.clone()
+    x_big[1, 12:] = 1e4
+    x_big.requires_grad_(True)
+    (mod(x_big, mask) * mask[..., None]).sum().backward()
+    assert torch.isfinite(x_big.grad).all() and torch.equal(
+        x_big.grad[1, 12:], torch.zeros(18, 16, dtype=F64)
+    )
+    assert all(torch.isfinite(p.grad).all() for p in mod.parameters())
 
 
 # ---------------------------------------------------------------- Linformer
@@ -280,7 +330,7 @@ def test_reformer_padding_content_is_ignored_and_bad_options_raise():
 
 
 # ---------------------------------------------------------------- gradients of the in-place tricks
-@pytest.mark.parametrize("variant", ["linformer", "longformer", "performer", "reformer"])
+@pytest.mark.parametrize("variant", ["linear", "linformer", "longformer", "performer", "reformer"])
 def test_gradcheck(variant):
     q, k, v = (t.requires_grad_(True) for t in qkv(b=2, h=1, n=9, d=4))
     mask = pad_mask([9, 6], 9)
@@ -288,6 +338,7 @@ def test_gradcheck(variant):
     w = torch.randn(7, 4, dtype=F64)
     rot = random_rotations(2, 4, lsh_num_buckets(9, 3), generator=torch.Generator().manual_seed(0)).double()
     fn = {
+        "linear": lambda q, k, v: linear_attention(q, k, v, key_padding_mask=mask),
         "linformer": lambda q, k, v: linformer_attention(q, k, v, e, f, key_padding_mask=mask),
         "longformer": lambda q, k, v: sliding_window_attention(q, k, v, window_size=3, key_padding_mask=mask),
         "performer": lambda q, k, v: performer_attention(q, k, v, w, key_padding_mask=mask),

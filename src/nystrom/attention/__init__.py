@@ -5,6 +5,7 @@
 """
 
 from nystrom.attention.base import AttentionBase
+from nystrom.attention.linear import LinearAttention
 from nystrom.attention.linformer import LinformerAttention
 from nystrom.attention.longformer import LongformerAttention
 from nystrom.attention.nystrom import NystromAttention
@@ -16,6 +17,7 @@ REGISTRY: dict[str, type[AttentionBase]] = {
     "nystrom": NystromAttention,
     "softmax": SoftmaxAttention,
     "linformer": LinformerAttention,
+    "linear": LinearAttention,
     "longformer": LongformerAttention,
     "performer": PerformerAttention,
     "reformer": ReformerAttention,
@@ -24,6 +26,7 @@ REGISTRY: dict[str, type[AttentionBase]] = {
 __all__ = [
     "REGISTRY",
     "AttentionBase",
+    "LinearAttention",
     "LinformerAttention",
     "LongformerAttention",
     "NystromAttention",

@@ -91,6 +91,7 @@ LISTOPS_DATA_SEED = 0  # the data set is fixed; --seed changes initialisation an
 ATTENTION_MAIN_OPTION: dict[str, tuple[str | None, int | None]] = {
     "nystrom": ("num_landmarks", 64),
     "softmax": (None, None),
+    "linear": (None, None),
     "linformer": ("proj_len", 256),
     "performer": ("num_features", 256),
     "reformer": ("n_hashes", 2),
