@@ -48,8 +48,10 @@ def _run_pathfinder(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``data listops`` and ``data pathfinder`` to a top-level ``add_subparsers()`` object."""
-    data = subparsers.add_parser("data", help="generate Long Range Arena data locally")
+    """Add ``data listops``, ``data pathfinder`` and ``data brown`` to a top-level ``add_subparsers()``."""
+    from nystrom.data.corpus_commands import register as register_corpora
+
+    data = subparsers.add_parser("data", help="generate Long Range Arena data locally; prepare text corpora")
     sub = data.add_subparsers(dest="data_command", required=True)
 
     lo = sub.add_parser("listops", help="ListOps TSVs like the LRA release (basic_{train,val,test}.tsv)")
@@ -72,3 +74,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--images-per-batch", type=positive_int, default=1000, help="images per imgs/<batch> folder"
     )
     pf.set_defaults(func=_run_pathfinder)
+
+    register_corpora(sub)

