@@ -47,7 +47,13 @@ def _args(setup: Path, out: Path, *extra: str) -> list[str]:
 def test_parse_attention():
     assert parse_attention("nystrom-64") == {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65}
     assert parse_attention("softmax") == {"name": "softmax"}
-    for bad in ("nystrom", "softmax-3", "linformer-64"):
+    assert parse_attention("linear") == {"name": "linear"}
+    linformer = {"name": "linformer", "proj_len": 256, "max_seq_len": 512}
+    assert parse_attention("linformer-256", max_seq_len=512) == linformer
+    assert parse_attention("performer-256") == {"name": "performer", "num_features": 256}
+    with pytest.raises(ValueError, match="sequence length"):
+        parse_attention("linformer-64")
+    for bad in ("nystrom", "softmax-3", "linear-2", "nystrom-0", "longformer-9"):
         with pytest.raises(ValueError, match="--attention"):
             parse_attention(bad)
 

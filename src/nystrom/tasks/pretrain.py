@@ -191,7 +191,7 @@ def resolve_tokenizer(run: PretrainRun, corpus: list[Path], beside_source: Path 
 
 def build_model(run: PretrainRun) -> tuple[NystromformerForPreTraining, Path | None]:
     """The model (seeded by ``run.seed``) and the tokenizer.json of its source, if any."""
-    spec = parse_attention(run.attention, conv_kernel=run.conv_kernel)
+    spec = parse_attention(run.attention, conv_kernel=run.conv_kernel, max_seq_len=run.length())
     torch.manual_seed(run.seed)
     if run.init_from_bert:
         source, tok = load_source(init_from_bert=run.init_from_bert, attention=spec)

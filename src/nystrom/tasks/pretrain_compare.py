@@ -1,11 +1,20 @@
-"""Figure 5, scaled down: dev MLM (and SOP) accuracy vs step of several ``nystrom pretrain`` runs in one
-PNG, plus a markdown table of the same numbers."""
+"""Figure 5: dev MLM (and SOP) accuracy vs step of several ``nystrom pretrain`` runs in one PNG and a
+markdown table (:func:`compare_runs`, ``nystrom pretrain-compare``), and the from-scratch experiment that
+trains every attention variant the same way and reports them together (:func:`run_compare`,
+``nystrom pretrain compare``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from nystrom.data.text import load_tokenizer
+from nystrom.model import NystromformerConfig, minilm_path
+from nystrom.tasks.pretrain import PretrainRun, run_pretrain
+from nystrom.tasks.text_models import PAPER_CONV_KERNEL, parse_attention
 from nystrom.training.logging import read_metrics
 
 METRICS = ("mlm_accuracy", "sop_accuracy")
@@ -27,7 +36,9 @@ def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
     return {m: [(r["step"], r[m]) for r in dev if m in r] for m in METRICS}
 
 
-def compare_runs(runs: list[Path], png: Path, table: Path | None = None) -> str:
+def compare_runs(
+    runs: list[Path], png: Path, table: Path | None = None, *, title: str = "MLM / SOP validation accuracy"
+) -> str:
     """Draw the runs' dev curves (one panel per metric) into ``png``; return (and write to ``table``) the
     markdown table ``step | <run> MLM | <run> SOP | ...``."""
     import matplotlib
@@ -46,7 +57,7 @@ def compare_runs(runs: list[Path], png: Path, table: Path | None = None) -> str:
         ax.set(xlabel="step", ylabel=f"dev {metric.replace('_', ' ')}", title=metric.split("_")[0].upper())
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle("MLM / SOP validation accuracy (scaled-down Fig. 5)")
+    fig.suptitle(title)
     fig.tight_layout()
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
@@ -65,3 +76,157 @@ def compare_runs(runs: list[Path], png: Path, table: Path | None = None) -> str:
     if table is not None:
         Path(table).write_text(text)
     return text
+
+
+# ---------------------------------------------------------------- Figure 5 from scratch
+#: the paper's Figure 5 variants (Performer is optional: add it with --variants)
+FIG5_VARIANTS = ("softmax", "nystrom-64", "linformer-256", "linear")
+FIG5_TITLE = "BERT-small from scratch: dev MLM / SOP accuracy (Fig. 5)"
+
+
+@dataclass(frozen=True)
+class CompareRun:
+    """Options of ``nystrom pretrain compare``: every variant trained from a random initialisation with
+    the same tokenizer, data, examples, masks, steps and optimiser; only the attention differs.
+
+    Defaults: BERT-small's depth (4 layers) at the paper's length 512, width reduced to e = 256 (4 heads,
+    FFN 1024); the paper's optimiser (AdamW β (0.9, 0.999), ε 1e-6, weight decay 0.01, clip 1.0) and
+    schedule shape (linear warm-up over 2% of the steps, then linear decay); peak lr 5e-4 because the
+    paper's 1e-4 belongs to batch 256 and 0.5M steps (the same lr for every variant).
+    """
+
+    corpus: tuple[str, ...]
+    out: Path = Path("experiments/fig5-scratch")
+    variants: tuple[str, ...] = FIG5_VARIANTS
+    tokenizer: Path | None = None  # None: MiniLM's tokenizer.json (BERT uncased WordPiece, 30522 ids)
+    hidden_size: int = 256
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    num_layers: int = 4
+    seq_len: int = 512
+    batch_size: int = 16
+    steps: int = 2000
+    lr: float = 5e-4
+    warmup: int | None = None  # None: 2% of the steps, the paper's 10k of 500k
+    eval_every: int = 100
+    eval_batches: int = 16
+    conv_kernel: int | None = PAPER_CONV_KERNEL
+    dropout: float | None = None
+    dev_fraction: float = 0.05
+    seed: int = 0
+    bf16: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.variants or len(set(self.variants)) != len(self.variants):
+            raise ValueError(f"--variants must be distinct and non-empty, got {list(self.variants)}")
+        for v in self.variants:
+            parse_attention(v, max_seq_len=self.seq_len)  # fail before any training
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"--hidden {self.hidden_size} must be divisible by --heads {self.num_heads}")
+
+    def tokenizer_path(self) -> Path:
+        return Path(self.tokenizer) if self.tokenizer is not None else minilm_path() / "tokenizer.json"
+
+    def variant_run(self, variant: str) -> PretrainRun:
+        """The ``nystrom pretrain`` run of one variant, in ``out/<variant>``."""
+        return PretrainRun(
+            corpus=tuple(self.corpus), out=self.out / variant, preset="paper", tokenizer=self.tokenizer_path(),
+            model=str(self.out / "model.json"), attention=variant, conv_kernel=self.conv_kernel,
+            steps=self.steps, batch_size=self.batch_size, seq_len=self.seq_len, lr=self.lr, warmup=self.warmup,
+            eval_every=self.eval_every, eval_batches=self.eval_batches, dropout=self.dropout,
+            dev_fraction=self.dev_fraction, seed=self.seed, bf16=self.bf16,
+        )  # fmt: skip
+
+    def write_model_config(self) -> Path:
+        """``out/model.json``: bert-small at the chosen width and the tokenizer's vocabulary; refuses to
+        overwrite a different one (the variants already trained would no longer be comparable)."""
+        tok = load_tokenizer(self.tokenizer_path())
+        cfg = NystromformerConfig.preset(
+            "bert-small", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, hidden_size=self.hidden_size,
+            num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers, classifier_hidden=self.hidden_size,
+            max_position_embeddings=max(512, self.seq_len),
+        )  # fmt: skip
+        path = self.out / "model.json"
+        if path.is_file():
+            if NystromformerConfig.load(path).to_dict() != cfg.to_dict():
+                raise ValueError(f"{path} holds another model; use another --out or the same width options")
+        else:
+            self.out.mkdir(parents=True, exist_ok=True)
+            cfg.save(path)
+        return path
+
+
+def _finished(run: PretrainRun) -> bool:
+    res = run.out / "results.json"
+    return res.is_file() and json.loads(res.read_text()).get("step") == run.train_config().steps
+
+
+def wall_time(train_records: list[dict]) -> float:
+    """Seconds of training + evaluation over all (resumed) segments of a run: the loop's ``time`` restarts
+    at 0 in each process, so sum each segment's last value."""
+    total, prev = 0.0, 0.0
+    for r in train_records:
+        t = float(r.get("time", 0.0))
+        if t < prev:
+            total += prev
+        prev = t
+    return total + prev
+
+
+def summarize(run: PretrainRun) -> dict:
+    """What ``results.json`` reports of one variant (from its metrics.jsonl; partial runs included)."""
+    cfg = run.train_config()
+    out: dict = {"attention": run.attention, "run_dir": str(run.out), "target_steps": cfg.steps}
+    path = run.out / "metrics.jsonl"
+    recs = read_metrics(path) if path.is_file() else []
+    train_recs = [r for r in recs if r["split"] == "train"]
+    dev = [r for r in recs if r["split"] == "dev"]
+    steps = max((r["step"] for r in train_recs), default=0)
+    out.update(steps=steps, finished=_finished(run), tokens_seen=steps * cfg.batch_size * run.length())
+    out["wall_time_s"] = round(wall_time(train_recs), 1)
+    if dev:
+        best = max(dev, key=lambda r: (r["mlm_accuracy"], -r["step"]))
+        out.update(
+            final_mlm_accuracy=dev[-1]["mlm_accuracy"], final_sop_accuracy=dev[-1]["sop_accuracy"],
+            best_mlm_accuracy=best["mlm_accuracy"], best_step=best["step"],
+            sop_accuracy_at_best=best["sop_accuracy"], best_sop_accuracy=max(r["sop_accuracy"] for r in dev),
+            final_dev_step=dev[-1]["step"],
+        )  # fmt: skip
+    return out
+
+
+def write_report(cr: CompareRun) -> dict:
+    """``out/results.json`` (settings + one summary per variant), ``out/curves.png`` and
+    ``out/curves.md`` (dev MLM/SOP accuracy per step, one line per variant with a dev evaluation)."""
+    variants = {v: summarize(cr.variant_run(v)) for v in cr.variants}
+    settings = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in dataclasses.asdict(cr).items()
+        if k not in ("out", "variants")
+    }
+    settings.update(corpus=list(cr.corpus), tokenizer=str(cr.tokenizer_path()))
+    report = {"experiment": "fig5-scratch", "settings": settings, "variants": variants}
+    cr.out.mkdir(parents=True, exist_ok=True)
+    tmp = cr.out / f"results.json.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(report, indent=2) + "\n")  # variants in the order run
+    os.replace(tmp, cr.out / "results.json")
+    drawn = [cr.out / v for v, s in variants.items() if "final_mlm_accuracy" in s]
+    if drawn:
+        compare_runs(drawn, cr.out / "curves.png", cr.out / "curves.md", title=FIG5_TITLE)
+    return report
+
+
+def run_compare(cr: CompareRun, *, progress: bool = True, report_only: bool = False) -> dict:
+    """Run (or resume) every variant in turn, skipping finished ones, then :func:`write_report`.
+    A variant interrupted part-way resumes from ``out/<variant>/last`` on the next call."""
+    if not report_only:
+        cr.write_model_config()
+        for variant in cr.variants:
+            run = cr.variant_run(variant)
+            if _finished(run):
+                print(f"[nystrom] {variant}: finished, skipped")
+                continue
+            run_pretrain(run, progress=progress)
+            write_report(cr)  # after each variant, so a long experiment shows its progress
+    return write_report(cr)

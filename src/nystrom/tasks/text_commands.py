@@ -1,4 +1,5 @@
-"""The ``nystrom pretrain``, ``nystrom pretrain-compare`` and ``nystrom finetune TASK`` commands.
+"""The ``nystrom pretrain``, ``nystrom pretrain compare``, ``nystrom pretrain-compare`` and
+``nystrom finetune TASK`` commands.
 
 Wire with ``register(subparsers)`` from the top-level CLI; each leaf sets ``func(args) -> int``.
 Re-running the same command resumes from OUT/last; torchrun runs them on several processes.
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from nystrom.argtypes import (
     ArgumentParser,
+    UsageError,
     existing_dir,
     existing_file,
     non_negative_int,
@@ -30,6 +32,16 @@ corpus:  files (blank-line separated documents, or --doc-mode file), folders (th
          built-in python-docstrings (the standard library's docstrings + pydoc topics of this Python)
 example: nystrom pretrain --preset fig5 --init-from-bert minilm --attention nystrom-64 \\
              --corpus python-docstrings --out runs/fig5/nystrom-64
+Figure 5 from scratch (every variant, same data and steps): nystrom pretrain compare --help
+"""
+
+_COMPARE_EPILOG = """\
+Trains (or resumes) every variant from a random initialisation with the same tokenizer, examples, masks,
+steps and optimiser, one after the other, then writes OUT/results.json and OUT/curves.png (+ curves.md).
+Re-running the same command resumes an interrupted variant and skips finished ones.
+example (docs/pretraining.md, "Figure 5 from scratch"):
+  nystrom data brown data/brown --fetch
+  nystrom pretrain compare --corpus data/brown/brown.txt --out experiments/fig5-scratch
 """
 
 
@@ -48,11 +60,12 @@ def _kernel(text: str) -> int | None:
 
 
 def _attention(text: str) -> str:
-    """``nystrom-<landmarks>`` or ``softmax``, checked at parse time; kept as written."""
+    """``nystrom-<landmarks>``, ``softmax``, ``linear``, ``linformer-<k>`` or ``performer-<features>``,
+    checked at parse time; kept as written (Linformer's sequence length is filled in later)."""
     from nystrom.tasks.text_models import parse_attention
 
     try:
-        parse_attention(text)
+        parse_attention(text, max_seq_len=1)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("--attention ")) from err
     return text
@@ -105,6 +118,10 @@ def _is_main() -> bool:
 def cmd_pretrain(args: argparse.Namespace) -> int:
     from nystrom.tasks.pretrain import PretrainRun, run_pretrain
 
+    missing = [flag for flag, v in (("--corpus", args.corpus), ("--out", args.out)) if not v]
+    if missing:
+        raise UsageError(f"{' and '.join(missing)} required (or: nystrom pretrain compare ...)")
+
     run = PretrainRun(
         corpus=tuple(args.corpus), out=args.out, preset=args.preset, tokenizer=args.tokenizer,
         train_tokenizer=args.train_tokenizer, init_from_bert=args.init_from_bert, model=args.model,
@@ -118,6 +135,29 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     if _is_main():
         print(json.dumps(res, indent=2, sort_keys=True))
         print(f"model (best dev MLM accuracy) in {args.out / 'model'}")
+    return 0
+
+
+def cmd_pretrain_compare(args: argparse.Namespace) -> int:
+    from nystrom.tasks.pretrain_compare import CompareRun, run_compare
+
+    run = CompareRun(
+        corpus=tuple(args.corpus), out=args.out, variants=tuple(args.variants), tokenizer=args.tokenizer,
+        hidden_size=args.hidden, num_heads=args.heads, intermediate_size=args.ffn, num_layers=args.layers,
+        seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr, warmup=args.warmup,
+        eval_every=args.eval_every, eval_batches=args.eval_batches, conv_kernel=args.conv_kernel,
+        dropout=args.dropout, seed=args.seed, bf16=args.bf16,
+    )  # fmt: skip
+    with _run_folder(args.out):  # one compare per experiment folder; its variants run one after the other
+        report = run_compare(run, progress=not args.no_progress, report_only=args.report_only)
+    for variant, r in report["variants"].items():
+        acc = (
+            f"MLM final {r['final_mlm_accuracy']:.4f} best {r['best_mlm_accuracy']:.4f}, SOP {r['final_sop_accuracy']:.4f}"
+            if "final_mlm_accuracy" in r
+            else "no dev evaluation yet"
+        )
+        print(f"{variant:>15}: {r['steps']}/{r['target_steps']} steps, {acc}, {r['wall_time_s']:.0f} s")
+    print(f"results: {args.out / 'results.json'}, curves: {args.out / 'curves.png'}")
     return 0
 
 
@@ -151,9 +191,12 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, *, out_required: bool = True) -> None:
     p.add_argument(
-        "--out", type=output_dir, required=True, help="output folder (re-running resumes from OUT/last)"
+        "--out",
+        type=output_dir,
+        required=out_required,
+        help="output folder (re-running resumes from OUT/last)",
     )
     p.add_argument(
         "--init-from-bert", type=_bert, metavar="PATH",
@@ -173,6 +216,51 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _register_compare(sub: argparse._SubParsersAction) -> None:
+    from nystrom.tasks.pretrain_compare import FIG5_VARIANTS, CompareRun
+
+    d = CompareRun(corpus=("unused",))
+    c = sub.add_parser(
+        "compare", help="Figure 5 from scratch: every attention variant, same data and steps",
+        epilog=_COMPARE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    c.add_argument(
+        "--corpus", type=_corpus, nargs="+", required=True, help="text files/folders, e.g. data/brown/brown.txt"
+    )  # fmt: skip
+    c.add_argument("--out", type=output_dir, default=d.out, help=f"experiment folder (default {d.out})")
+    c.add_argument(
+        "--variants", type=_attention, nargs="+", default=list(FIG5_VARIANTS),
+        help=f"attention specs (default {' '.join(FIG5_VARIANTS)}; performer-256 optional)",
+    )  # fmt: skip
+    c.add_argument(
+        "--tokenizer", type=existing_file, help="tokenizer.json (default: MiniLM's BERT-uncased WordPiece)"
+    )
+    for flag, field, what in (
+        ("--hidden", "hidden_size", "width"), ("--heads", "num_heads", "heads"),
+        ("--ffn", "intermediate_size", "FFN width"), ("--layers", "num_layers", "layers"),
+        ("--seq-len", "seq_len", "tokens per example"), ("--batch-size", "batch_size", "examples per step"),
+        ("--steps", "steps", "optimiser steps"), ("--eval-every", "eval_every", "steps between dev evaluations"),
+        ("--eval-batches", "eval_batches", "dev batches per evaluation"),
+    ):  # fmt: skip
+        default = getattr(d, field)
+        c.add_argument(flag, type=positive_int, default=default, help=f"{what} (default {default})")
+    c.add_argument("--lr", type=positive_float, default=d.lr, help=f"peak learning rate (default {d.lr})")
+    c.add_argument(
+        "--warmup", type=non_negative_int, help="warm-up steps (default 2%% of --steps, the paper's fraction)"
+    )
+    c.add_argument(
+        "--conv-kernel", type=_kernel, default=d.conv_kernel, help="Nyström conv skip taps (0 = none; default 65)"
+    )  # fmt: skip
+    c.add_argument("--dropout", type=_dropout, help="override the model's dropout (default 0.1)")
+    c.add_argument("--seed", type=int, default=0, help="initialisation, example order, masks (default 0)")
+    c.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    c.add_argument(
+        "--report-only", action="store_true", help="train nothing: rewrite results.json and curves"
+    )
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.set_defaults(func=cmd_pretrain_compare)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``pretrain``, ``pretrain-compare`` and ``finetune`` to a top-level ``add_subparsers()``."""
     from nystrom.data.glue import FINETUNE_TASKS
@@ -184,12 +272,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_PRETRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument(
-        "--corpus", type=_corpus, nargs="+", required=True, help="text files, folders or 'python-docstrings'"
+        "--corpus", type=_corpus, nargs="+", help="text files, folders or 'python-docstrings' (required)"
     )
     p.add_argument("--preset", choices=sorted(PT_PRESETS), default="quick")
     p.add_argument(
         "--attention", type=_attention, default="nystrom-64",
-        help="nystrom-<landmarks> or softmax (default nystrom-64)",
+        help="nystrom-<landmarks>, softmax, linear, linformer-<k> or performer-<features> (default nystrom-64)",
     )  # fmt: skip
     p.add_argument(
         "--model",
@@ -215,8 +303,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dev-fraction", type=open_fraction, default=0.05, help="documents held out for MLM/SOP accuracy"
     )
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per step")
-    _common(p)
+    _common(p, out_required=False)  # not required here, so that `nystrom pretrain compare` parses
     p.set_defaults(func=cmd_pretrain)
+    _register_compare(p.add_subparsers(dest="pretrain_command", metavar="{compare}", required=False))
 
     c = subparsers.add_parser(
         "pretrain-compare", help="dev MLM/SOP curves of pretrain runs in one PNG + table"
