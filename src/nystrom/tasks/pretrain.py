@@ -49,7 +49,8 @@ PRESETS: dict[str, PretrainPreset] = {
     # the paper: batch 256, length 512, 0.5M steps (BERT-base from scratch; 0.25M from standard)
     "paper": PretrainPreset(steps=500_000, batch_size=256, seq_len=512, eval_every=10_000, eval_batches=50),
     "quick": PretrainPreset(steps=200, batch_size=16, seq_len=128, eval_every=50, eval_batches=4),
-    # scaled-down Figure 5 on a 2-core CPU (MiniLM init, python-docstrings corpus); see docs/pretraining.md
+    # scaled-down, Figure-6 style (MiniLM init, python-docstrings corpus) on a 2-core CPU; see docs/pretraining.md
+    # (Figure 5 from scratch is `nystrom pretrain compare`)
     "fig5": PretrainPreset(steps=200, batch_size=16, seq_len=256, eval_every=20, eval_batches=8),
 }
 

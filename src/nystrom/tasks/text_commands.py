@@ -27,7 +27,7 @@ from nystrom.argtypes import (
 
 _PRETRAIN_EPILOG = """\
 presets: paper (batch 256, length 512, 500k steps), quick (16, 128, 200 steps),
-         fig5 (16, 256, 200 steps: the scaled-down Figure 5, see docs/pretraining.md)
+         fig5 (16, 256, 200 steps: Figure-6 style from MiniLM, see docs/pretraining.md)
 corpus:  files (blank-line separated documents, or --doc-mode file), folders (their *.txt), or the
          built-in python-docstrings (the standard library's docstrings + pydoc topics of this Python)
 example: nystrom pretrain --preset fig5 --init-from-bert minilm --attention nystrom-64 \\
