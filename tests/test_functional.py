@@ -116,8 +116,8 @@ def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch, ker
     monkeypatch.setattr(kernels, "SPLITS", 2)
     q, k, v = qkv(n=50, dtype=torch.float32)
     mask = right_pad_mask([50, 31], 50)
-    a = nystrom_attention(q, k, v, num_landmarks=8, key_padding_mask=mask)
-    b = nystrom_attention_materialized(q, k, v, num_landmarks=8, key_padding_mask=mask)
+    a = nystrom_attention(q, k, v, num_landmarks=8, mask=mask)
+    b = nystrom_attention_materialized(q, k, v, num_landmarks=8, mask=mask)
     real = mask[:, None, :, None].expand_as(a)
     assert rel_err(a[real], b[real]) <= 1e-5
 
@@ -126,7 +126,7 @@ def test_fused_equals_materialized_fp32_with_padding_and_chunks(monkeypatch, ker
 def test_matches_float64_oracle_with_padding(pinv, kernel_path):
     q, k, v = qkv(b=3, n=30)
     mask = right_pad_mask([30, 17, 5], 30)
-    out = nystrom_attention(q, k, v, num_landmarks=8, key_padding_mask=mask, pinv=pinv)
+    out = nystrom_attention(q, k, v, num_landmarks=8, mask=mask, pinv=pinv)
     ref = nystrom_oracle(q, k, v, 8, mask, pinv=pinv)
     for i, L in enumerate([30, 17, 5]):
         assert rel_err(out[i, :, :L], ref[i, :, :L]) <= 1e-10
@@ -144,7 +144,7 @@ def test_m_equals_n_exact_pinv_is_softmax_attention(n):
 def test_m_equals_real_length_under_padding_is_softmax_attention():
     q, k, v = qkv(b=2, n=20)
     mask = right_pad_mask([20, 12], 20)
-    out = nystrom_attention(q, k, v, num_landmarks=20, key_padding_mask=mask, pinv="exact")
+    out = nystrom_attention(q, k, v, num_landmarks=20, mask=mask, pinv="exact")
     ref = softmax_oracle(q, k, v, mask)
     assert rel_err(out[0], ref[0]) <= 1e-10
     assert rel_err(out[1, :, :12], ref[1, :, :12]) <= 1e-10
@@ -172,7 +172,7 @@ def test_gradcheck_fused_path(kernel_path):
     mask = right_pad_mask([7], 9)
 
     def f(q, k, v):
-        return nystrom_attention(q, k, v, num_landmarks=4, key_padding_mask=mask)
+        return nystrom_attention(q, k, v, num_landmarks=4, mask=mask)
 
     assert torch.autograd.gradcheck(f, (q, k, v))
 
@@ -276,9 +276,9 @@ def test_fused_gradients_match_materialized_fp32():
         (dict(pinv_init="batch"), ValueError, "pinv_init"),
         (dict(pinv_iterations=-1), ValueError, "pinv_iterations"),
         (dict(causal=True), ValueError, "bidirectional"),
-        (dict(key_padding_mask=torch.ones(2, 40)), TypeError, "torch.bool"),
-        (dict(key_padding_mask=torch.ones(2, 39, dtype=torch.bool)), ValueError, r"\(2, 40\)"),
-        (dict(key_padding_mask=right_pad_mask([40, 0], 40)), ValueError, "no real token"),
+        (dict(mask=torch.ones(2, 40)), TypeError, "torch.bool"),
+        (dict(mask=torch.ones(2, 39, dtype=torch.bool)), ValueError, r"\(2, 40\)"),
+        (dict(mask=right_pad_mask([40, 0], 40)), ValueError, "no real token"),
         (dict(scale=-1.0), ValueError, "scale"),
     ],
 )
@@ -312,7 +312,7 @@ def test_fused_gradients_match_float64_oracle_with_padding(kernel_path):
     q, k, v = (t.requires_grad_() for t in qkv(b=2, h=2, n=21, d=4))
     mask = right_pad_mask([21, 13], 21)
     g = torch.randn(2, 2, 21, 4, dtype=torch.float64) * mask[:, None, :, None]  # real rows only
-    out = nystrom_attention(q, k, v, num_landmarks=5, key_padding_mask=mask)
+    out = nystrom_attention(q, k, v, num_landmarks=5, mask=mask)
     ref = nystrom_oracle(q, k, v, 5, mask, pinv="iterative")
     ours = torch.autograd.grad(out, (q, k, v), g)
     theirs = torch.autograd.grad(ref, (q, k, v), g)

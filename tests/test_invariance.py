@@ -12,13 +12,13 @@ def test_right_padding_equals_unpadded_functional():
     b, h, n, d, L = 1, 2, 48, 8, 29
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for _ in range(3))
     mask = right_pad_mask([L], n)
-    padded = nystrom_attention(q, k, v, num_landmarks=8, key_padding_mask=mask)
+    padded = nystrom_attention(q, k, v, num_landmarks=8, mask=mask)
     alone = nystrom_attention(q[:, :, :L], k[:, :, :L], v[:, :, :L], num_landmarks=8)
     assert rel_err(padded[:, :, :L], alone) <= 1e-12
     garbage = [t.clone() for t in (q, k, v)]
     for t in garbage:
         t[:, :, L:] = torch.randn_like(t[:, :, L:]) * 1e3
-    again = nystrom_attention(*garbage, num_landmarks=8, key_padding_mask=mask)
+    again = nystrom_attention(*garbage, num_landmarks=8, mask=mask)
     assert rel_err(again[:, :, :L], padded[:, :, :L]) <= 1e-12
 
 
@@ -28,12 +28,12 @@ def test_module_padding_invariance_including_conv():
     L, n = 21, 40
     x = torch.randn(2, n, 32, dtype=torch.float64)
     mask = right_pad_mask([L, n], n)
-    full = mod(x, key_padding_mask=mask)
+    full = mod(x, mask=mask)
     alone = mod(x[:1, :L])
     assert rel_err(full[0, :L], alone[0]) <= 1e-12
     x2 = x.clone()
     x2[0, L:] = torch.randn(n - L, 32, dtype=torch.float64) * 100
-    again = mod(x2, key_padding_mask=mask)
+    again = mod(x2, mask=mask)
     assert rel_err(again[0, :L], full[0, :L]) <= 1e-12
     assert torch.equal(again[1], full[1])
 
@@ -41,7 +41,7 @@ def test_module_padding_invariance_including_conv():
 def test_left_and_holey_padding_is_invariant():
     q, k, v = (torch.randn(1, 2, 30, 4, dtype=torch.float64) for _ in range(3))
     keep = torch.tensor([i % 3 != 1 for i in range(30)])  # a mask with holes
-    out = nystrom_attention(q, k, v, num_landmarks=5, key_padding_mask=keep[None])
+    out = nystrom_attention(q, k, v, num_landmarks=5, mask=keep[None])
     alone = nystrom_attention(q[:, :, keep], k[:, :, keep], v[:, :, keep], num_landmarks=5)
     assert rel_err(out[:, :, keep], alone) <= 1e-12
 

@@ -19,14 +19,14 @@ def test_registry_entries_share_the_interface():
         assert list(params)[:2] == ["self", "dim"]
         for p in ("heads", "dim_head"):
             assert params[p].kind is inspect.Parameter.KEYWORD_ONLY
-        assert list(inspect.signature(cls.forward).parameters) == ["self", "x", "key_padding_mask"]
+        assert list(inspect.signature(cls.forward).parameters) == ["self", "x", "mask"]
 
 
 def test_softmax_module_matches_oracle_with_mask():
     mod = SoftmaxAttention(24, heads=3, dim_head=8).double()
     x = torch.randn(2, 11, 24, dtype=torch.float64)
     mask = torch.arange(11)[None] < torch.tensor([[11], [6]])
-    out = mod(x, key_padding_mask=mask)
+    out = mod(x, mask=mask)
     qkv = mod.qkv(x).unflatten(-1, (3, 3, 8)).permute(2, 0, 3, 1, 4)
     ref = softmax_oracle(qkv[0], qkv[1], qkv[2], mask).transpose(1, 2).flatten(2)
     ref = mod.out(ref)
@@ -84,6 +84,6 @@ def test_bad_forward_inputs_raise():
     with pytest.raises(TypeError, match="floating-point"):
         mod(torch.ones(2, 5, 16, dtype=torch.long))
     with pytest.raises(TypeError, match="torch.bool"):
-        mod(torch.randn(2, 5, 16), key_padding_mask=torch.ones(2, 5, dtype=torch.long))
+        mod(torch.randn(2, 5, 16), mask=torch.ones(2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="no real token"):
-        mod(torch.randn(2, 5, 16), key_padding_mask=torch.tensor([[True] * 5, [False] * 5]))
+        mod(torch.randn(2, 5, 16), mask=torch.tensor([[True] * 5, [False] * 5]))

@@ -55,9 +55,9 @@ def test_module_under_autocast_bf16_forward_and_backward():
     mod = NystromAttention(64, heads=4, dim_head=16, num_landmarks=16)
     x = torch.randn(2, 100, 64, requires_grad=True)
     mask = torch.arange(100)[None] < torch.tensor([[100], [70]])
-    ref = mod(x, key_padding_mask=mask)
+    ref = mod(x, mask=mask)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        out = mod(x, key_padding_mask=mask)
+        out = mod(x, mask=mask)
     assert out.dtype == torch.bfloat16
     real = mask[..., None].expand_as(ref)
     assert rel_err(out[real], ref[real]) < 0.05

@@ -148,7 +148,7 @@ def test_bad_inputs_raise(name):
         mod(torch.ones(B, N, DIM, dtype=torch.long))
     with pytest.raises(TypeError, match=r"torch\.bool"):
         mod(x, mask.float())
-    with pytest.raises(ValueError, match="key_padding_mask must have shape"):
+    with pytest.raises(ValueError, match="mask must have shape"):
         mod(x, mask[:, :-1])
     bad = mask.clone()
     bad[0] = False

@@ -45,7 +45,7 @@ def rel(a, b):
 def test_linear_matches_oracle(masked):
     q, k, v = qkv(amp=2.0)  # |x| up to ~8: both branches of elu (x + 1 and exp(x)) are exercised
     mask = pad_mask([37, 21], 37) if masked else None
-    out = linear_attention(q, k, v, key_padding_mask=mask)
+    out = linear_attention(q, k, v, mask=mask)
     assert torch.allclose(out, linear_oracle(q, k, v, mask), atol=1e-12, rtol=1e-10)
 
 
@@ -61,7 +61,7 @@ def test_linear_feature_map_and_normalisation():
     k[0, :, 1:] = torch.nan
     v = torch.randn(2, 3, 11, 4, dtype=F64)
     v[0, :, 1:] = torch.nan
-    out = linear_attention(q, k, v, key_padding_mask=pad_mask([1, 11], 11))
+    out = linear_attention(q, k, v, mask=pad_mask([1, 11], 11))
     assert torch.allclose(out[0], v[0, :, :1].expand(3, 11, 4), atol=1e-12)
     # no underflow to 0/0 when every feature is ~exp(-200)
     tiny = linear_attention(-200 + q.float(), -200 + k.nan_to_num(0).float(), v.nan_to_num(0).float())
@@ -104,7 +104,7 @@ def test_linformer_matches_reference(masked):
     q, k, v = qkv()
     e, f = torch.randn(2, 12, 50, dtype=F64).unbind(0)  # N = 50 > n = 37: first 37 columns used
     mask = pad_mask([37, 21], 37) if masked else None
-    out = linformer_attention(q, k, v, e, f, key_padding_mask=mask)
+    out = linformer_attention(q, k, v, e, f, mask=mask)
     assert torch.allclose(out, linformer_ref(q, k, v, e, f, mask), atol=1e-12, rtol=1e-10)
 
 
@@ -148,7 +148,7 @@ def band_ref(q, k, v, window, mask):
 def test_longformer_matches_dense_band_reference(n, window, masked):
     q, k, v = qkv(n=n)
     mask = pad_mask([n, max(1, n // 2)], n) if masked else None
-    out = sliding_window_attention(q, k, v, window_size=window, key_padding_mask=mask)
+    out = sliding_window_attention(q, k, v, window_size=window, mask=mask)
     ref = band_ref(q, k, v, window, mask)
     real = torch.ones(2, n, dtype=torch.bool) if mask is None else mask
     assert torch.isfinite(out).all()
@@ -157,7 +157,7 @@ def test_longformer_matches_dense_band_reference(n, window, masked):
 
 def test_longformer_wide_window_is_softmax_and_bad_window_raises():
     q, k, v = qkv(n=20)
-    out = sliding_window_attention(q, k, v, window_size=39, key_padding_mask=pad_mask([20, 9], 20))
+    out = sliding_window_attention(q, k, v, window_size=39, mask=pad_mask([20, 9], 20))
     ref = softmax_oracle(q, k, v, pad_mask([20, 9], 20))
     assert torch.allclose(out[0], ref[0], atol=1e-12) and torch.allclose(
         out[1, :, :9], ref[1, :, :9], atol=1e-12
@@ -194,7 +194,7 @@ def test_favor_features_formula_exact():
     row_max = favor_features(x, w, kind="query").amax(-1)  # the shift puts each row max at 1/sqrt(m)
     assert torch.allclose(row_max, torch.full_like(row_max, 1 / math.sqrt(6)), rtol=1e-14)
     mask = pad_mask([5, 3], 5)
-    key = favor_features(x, w, kind="key", key_padding_mask=mask)
+    key = favor_features(x, w, kind="key", mask=mask)
     assert torch.equal(key[1, :, 3:], torch.zeros(2, 2, 6, dtype=F64))
     ratio_k = (key / plain)[0].flatten(1)  # (h, n*m)
     assert torch.allclose(ratio_k, ratio_k[:, :1].expand_as(ratio_k), rtol=1e-12)
@@ -285,7 +285,7 @@ def test_reformer_matches_loop_reference(n, c, masked):
     qk, _, v = qkv(b=2, h=2, n=n, d=6)
     rot = random_rotations(2, 6, lsh_num_buckets(n, c), generator=torch.Generator().manual_seed(5)).double()
     mask = pad_mask([n, n // 2], n) if masked else None
-    out = lsh_attention(qk, v, rot, bucket_size=c, key_padding_mask=mask)
+    out = lsh_attention(qk, v, rot, bucket_size=c, mask=mask)
     ref = lsh_ref(qk, v, rot, c, mask)
     real = torch.ones(2, n, dtype=torch.bool) if mask is None else mask
     assert torch.allclose(out.transpose(1, 2)[real], ref.transpose(1, 2)[real], atol=1e-12)
@@ -303,7 +303,7 @@ def test_reformer_one_chunk_is_softmax_without_self():
 def test_reformer_self_only_when_alone_and_shared_qk():
     qk, _, v = qkv(b=1, h=2, n=7)
     rot = random_rotations(2, 8, lsh_num_buckets(7, 4)).double()
-    out = lsh_attention(qk, v, rot, bucket_size=4, key_padding_mask=pad_mask([1], 7))
+    out = lsh_attention(qk, v, rot, bucket_size=4, mask=pad_mask([1], 7))
     assert torch.allclose(out[0, :, 0], v[0, :, 0], atol=1e-12)  # only itself is real
     mod = ReformerAttention(16, heads=2, dim_head=8, bucket_size=4).double()
     x = torch.randn(1, 13, 16, dtype=F64)
@@ -338,10 +338,10 @@ def test_gradcheck(variant):
     w = torch.randn(7, 4, dtype=F64)
     rot = random_rotations(2, 4, lsh_num_buckets(9, 3), generator=torch.Generator().manual_seed(0)).double()
     fn = {
-        "linear": lambda q, k, v: linear_attention(q, k, v, key_padding_mask=mask),
-        "linformer": lambda q, k, v: linformer_attention(q, k, v, e, f, key_padding_mask=mask),
-        "longformer": lambda q, k, v: sliding_window_attention(q, k, v, window_size=3, key_padding_mask=mask),
-        "performer": lambda q, k, v: performer_attention(q, k, v, w, key_padding_mask=mask),
-        "reformer": lambda q, k, v: lsh_attention(q, v, rot, bucket_size=3, key_padding_mask=mask),
+        "linear": lambda q, k, v: linear_attention(q, k, v, mask=mask),
+        "linformer": lambda q, k, v: linformer_attention(q, k, v, e, f, mask=mask),
+        "longformer": lambda q, k, v: sliding_window_attention(q, k, v, window_size=3, mask=mask),
+        "performer": lambda q, k, v: performer_attention(q, k, v, w, mask=mask),
+        "reformer": lambda q, k, v: lsh_attention(q, v, rot, bucket_size=3, mask=mask),
     }[variant]
     assert torch.autograd.gradcheck(fn, (q, k, v), eps=1e-6, atol=1e-7)

@@ -39,7 +39,7 @@ def correctness(*, seed: int = 0) -> list[str]:
     )
     L = 700
     mask = torch.arange(1024)[None] < L
-    padded = nystrom_attention(q, k, v, num_landmarks=32, key_padding_mask=mask)[..., :L, :]
+    padded = nystrom_attention(q, k, v, num_landmarks=32, mask=mask)[..., :L, :]
     alone = nystrom_attention(q[..., :L, :], k[..., :L, :], v[..., :L, :], num_landmarks=32)
     err = _rel(padded, alone)
     lines.append(f"right-padded (700 of 1024 real) vs unpadded: relative difference {err:.1e}")

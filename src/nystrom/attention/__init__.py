@@ -1,7 +1,7 @@
 """Attention modules behind one interface (:class:`AttentionBase`) and a plain dict registry.
 
 ``REGISTRY[name](dim, *, heads, dim_head, <variant options>)`` builds a module whose
-``forward(x (b, n, dim), key_padding_mask=None (b, n) bool)`` returns (b, n, dim).
+``forward(x (b, n, dim), mask=None (b, n) bool)`` returns (b, n, dim).
 """
 
 from nystrom.attention.base import AttentionBase

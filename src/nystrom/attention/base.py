@@ -5,15 +5,16 @@ Legend: b batch, n tokens, h heads, d head dim, e model dim (``dim``).
 A variant subclasses :class:`AttentionBase` and implements :meth:`AttentionBase.core`, which maps
 per-head ``q, k, v`` of shape ``(b, h, n, d)`` to ``(b, h, n, d)``. The base owns the fused q/k/v
 projection, the output projection, dropout and input validation, so every variant is constructed as
-``cls(dim, *, heads, dim_head, <variant options>)`` and called as ``forward(x, key_padding_mask=None)``.
+``cls(dim, *, heads, dim_head, <variant options>)`` and called as ``forward(x, mask=None)`` with ``mask`` True = real token.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from nystrom.functional.checks import check_key_padding_mask
+from nystrom.functional.checks import check_dtype_matches, check_mask, rejects_key_padding_mask
 from nystrom.functional.conv import depthwise_seq_conv
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.memory import empty
@@ -74,33 +75,57 @@ class AttentionBase(nn.Module):
             )
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """Per-head attention ``(b, h, n, d) x3 -> (b, h, n, d)``; ``key_padding_mask`` (b, n) bool, True = real."""
+        """Per-head attention ``(b, h, n, d) x3 -> (b, h, n, d)``; ``mask`` (b, n) bool, True = real."""
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``x`` (b, n, dim), ``key_padding_mask`` (b, n) bool with True = real token -> (b, n, dim)."""
+    @rejects_key_padding_mask
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` (b, n, dim) -> (b, n, dim).
+
+        ``mask`` (b, n) bool, True = real token (transformers' and lucidrains' convention; the opposite
+        of ``nn.MultiheadAttention``'s ``key_padding_mask``). Padded positions of ``x`` may hold any
+        values, NaN and Inf included: no real output and no gradient depends on them.
+        """
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (batch, tokens, {self.dim}), got {shape}")
         if not x.is_floating_point():
             raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+        check_dtype_matches(x, self.qkv.weight)
         b, n, _ = x.shape
-        key_padding_mask = check_key_padding_mask(key_padding_mask, b, n, x.device)
-        o = self._attend(x, key_padding_mask)  # (b, n, h*d); the fused q/k/v tensor is already released
+        mask = check_mask(mask, b, n, x.device)
+        if mask is not None:  # zeroed, not only masked later: 0 · NaN in the weight gradient would be NaN
+            x = x.masked_fill(~mask[..., None], 0)
+        o = self._attend(x, mask)  # (b, n, h*d); the fused q/k/v tensor is already released
         return self.dropout(self.out(o))
 
-    def _attend(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
+    def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
-        q, k, v = _SplitHeads.apply(self.qkv(x), self.heads, self.dim_head)  # each (b, h, n, d), views
-        o = self.core(q, k, v, key_padding_mask)  # (b, h, n, d)
+        qkv = self.qkv(x)  # (b, n, 3·h·d)
+        if torch.compiler.is_compiling():  # the compiler fuses the split itself; _SplitHeads is opaque to it
+            q, k, v = qkv.unflatten(-1, (3, self.heads, self.dim_head)).permute(2, 0, 3, 1, 4).unbind(0)
+        else:
+            q, k, v = _SplitHeads.apply(qkv, self.heads, self.dim_head)  # each (b, h, n, d), views
+        o = self.core(q, k, v, mask)  # (b, h, n, d)
         if self.conv is not None:
-            if key_padding_mask is not None:  # padding must not leak into real tokens through the conv
-                v = v.masked_fill(~key_padding_mask[:, None, :, None], 0)
-            o = o + depthwise_seq_conv(v, self.conv.weight)  # (b, h, n, d); = self.conv(v), faster
+            if mask is not None:  # padding must not leak into real tokens through the conv
+                v = v.masked_fill(~mask[:, None, :, None], 0)
+            o = o + self._conv_skip(v)  # (b, h, n, d)
         return o.transpose(1, 2).flatten(2)  # (b, n, h*d); a view when core wrote a (b, n, h, d) buffer
+
+    def _conv_skip(self, v: torch.Tensor) -> torch.Tensor:
+        """``self.conv(v)`` for v (b, h, n, d), in v's dtype (autocast off): as banded GEMMs when eager."""
+        if not torch.compiler.is_compiling():
+            return depthwise_seq_conv(v, self.conv.weight)  # the same function, faster on CPU
+        # Traced: K shifted multiply-adds, which the compiler fuses into one loop. Not the banded GEMMs (their
+        # strided views pin n to one value) nor conv2d (inductor's CPU convolution specialises n too).
+        n, k = v.shape[2], self.conv_kernel_size
+        w = self.conv.weight.to(v.dtype).view(1, self.heads, k, 1)  # (1, h, K, 1)
+        vp = F.pad(v, (0, 0, k // 2, k // 2))  # (b, h, n + K − 1, d)
+        return sum(vp[:, :, j : j + n] * w[:, :, j : j + 1] for j in range(k))  # (b, h, n, d)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"

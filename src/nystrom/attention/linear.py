@@ -34,7 +34,7 @@ class LinearAttention(AttentionBase):
         super().__init__(dim, heads=heads, dim_head=dim_head, qkv_bias=qkv_bias, dropout=dropout)
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
-        return linear_attention(q, k, v, key_padding_mask=key_padding_mask)
+        return linear_attention(q, k, v, mask=mask)

@@ -51,10 +51,10 @@ class LinformerAttention(AttentionBase):
         nn.init.xavier_normal_(self.f)
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d); raises ``ValueError`` if n > ``max_seq_len``."""
-        return linformer_attention(q, k, v, self.e, self.f, key_padding_mask=key_padding_mask)
+        return linformer_attention(q, k, v, self.e, self.f, mask=mask)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, max_seq_len={self.max_seq_len}, proj_len={self.proj_len}"

@@ -43,11 +43,11 @@ class LongformerAttention(AttentionBase):
         self.window_size = window_size
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
         return sliding_window_attention(
-            q, k, v, window_size=self.window_size, key_padding_mask=key_padding_mask
+            q, k, v, window_size=self.window_size, mask=mask
         )
 
     def extra_repr(self) -> str:

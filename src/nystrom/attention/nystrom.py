@@ -62,7 +62,7 @@ class NystromAttention(AttentionBase):
         self.pinv = check_choice("pinv", pinv, PINV_METHODS)
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
         return nystrom_attention(
@@ -70,7 +70,7 @@ class NystromAttention(AttentionBase):
             k,
             v,
             num_landmarks=self.num_landmarks,
-            key_padding_mask=key_padding_mask,
+            mask=mask,
             pinv_iterations=self.pinv_iterations,
             pinv=self.pinv,
             pinv_init=self.pinv_init,

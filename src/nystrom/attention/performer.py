@@ -55,10 +55,10 @@ class PerformerAttention(AttentionBase):
         self.projection.copy_(orthogonal_random_features(self.num_features, self.dim_head, generator=gen))
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
-        return performer_attention(q, k, v, self.projection, key_padding_mask=key_padding_mask)
+        return performer_attention(q, k, v, self.projection, mask=mask)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, num_features={self.num_features}"

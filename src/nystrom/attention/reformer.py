@@ -59,11 +59,11 @@ class ReformerAttention(AttentionBase):
         return random_rotations(self.n_hashes, self.dim_head, u, generator=gen)
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d); ``k`` is ignored (shared-QK)."""
         rot = self.rotations(q.shape[2]).to(q.device)
-        return lsh_attention(q, v, rot, bucket_size=self.bucket_size, key_padding_mask=key_padding_mask)
+        return lsh_attention(q, v, rot, bucket_size=self.bucket_size, mask=mask)
 
     def extra_repr(self) -> str:
         opts = f"n_hashes={self.n_hashes}, bucket_size={self.bucket_size}, seed={self.seed}"

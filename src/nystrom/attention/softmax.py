@@ -37,7 +37,7 @@ class SoftmaxAttention(AttentionBase):
         )
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
-        return softmax_attention(q, k, v, key_padding_mask=key_padding_mask)
+        return softmax_attention(q, k, v, mask=mask)

@@ -60,12 +60,12 @@ class MaterializedSoftmaxAttention(AttentionBase):
     name = "transformer"
 
     def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor | None
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
         scores = q @ k.mT / math.sqrt(q.shape[-1])  # (b, h, n, n): two such tensors live for a moment
-        if key_padding_mask is not None:
-            scores = scores.masked_fill(~key_padding_mask[:, None, None, :], float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
         return torch.softmax(scores, -1) @ v  # (b, h, n, d)
 
 

@@ -13,20 +13,24 @@ pseudo-inverse is the identity block again, so they contribute nothing.
 
 from __future__ import annotations
 
-import math
+import contextlib
 
 import torch
 import torch.nn.functional as F
 
+from nystrom.functional.amp import autocast_off
 from nystrom.functional.checks import (
     check_choice,
-    check_key_padding_mask,
+    check_finite,
+    check_mask,
     check_positive_int,
     check_qkv,
+    rejects_key_padding_mask,
     resolve_scale,
+    value_checks_enabled,
 )
 from nystrom.functional.kernels import long_key_attention, short_key_attention
-from nystrom.functional.landmarks import _segment_means
+from nystrom.functional.landmarks import SEGMENTS, _segment_means
 from nystrom.functional.parallel import single_threaded
 from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
 
@@ -39,7 +43,7 @@ _CAUSAL_ERROR = (
 )
 
 
-def _prepare(q, k, v, num_landmarks, key_padding_mask, pinv_iterations, pinv, pinv_init, scale, causal):
+def _prepare(q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal):
     if causal:
         raise ValueError(_CAUSAL_ERROR)
     b, h, n, d, _ = check_qkv(q, k, v)
@@ -47,18 +51,48 @@ def _prepare(q, k, v, num_landmarks, key_padding_mask, pinv_iterations, pinv, pi
     check_positive_int("pinv_iterations", pinv_iterations, minimum=0)
     check_choice("pinv", pinv, PINV_METHODS)
     check_choice("pinv_init", pinv_init, PINV_INITS)
-    mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
+    check_choice("segments", segments, SEGMENTS)
+    mask = check_mask(mask, b, n, q.device)
     return mask, resolve_scale(scale, d)
 
 
-def _landmark_kernel(q, k, m, mask, pinv_iterations, pinv, pinv_init, scale):
+def zero_padding(mask: torch.Tensor | None, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each (b, h, n, ·) tensor with its padded positions (``mask`` (b, n) False) set to 0.
+
+    Why: padded positions may hold anything, NaN and Inf included; a masked-out probability of 0 times
+    NaN is still NaN, so the values themselves are replaced (``masked_fill``, whose gradient there is 0).
+    """
+    if mask is None:
+        return ts
+    pad = ~mask[:, None, :, None]  # (b, 1, n, 1)
+    return tuple(t.masked_fill(pad, 0) for t in ts)
+
+
+def _sdpa(q, k, v, key_mask, scale):
+    """softmax(q kᵀ·scale) v with ``key_mask`` (b, n_k) False keys excluded: the traceable path."""
+    attn_mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, n_k)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+
+
+def _use_fused_kernels() -> bool:
+    """Whether to run the fused CPU kernels (threads, custom autograd): not while torch.compile or
+    torch.export trace, which cannot follow them; ``_sdpa`` computes the same function there."""
+    return not torch.compiler.is_compiling()
+
+
+def _landmark_kernel(q, k, m, mask, pinv_iterations, pinv, pinv_init, segments, scale):
     """Landmarks and A⁺, all in ≥ float32. Returns q̃, k̃ (b, h, m, d), A⁺ (b, h, m, m), valid (b, m)."""
     acc = torch.promote_types(q.dtype, torch.float32)
-    q_l, valid = _segment_means(q, m, mask, acc)  # (b, h, m, d), (b, m)
-    k_l, _ = _segment_means(k, m, mask, acc)  # (b, h, m, d)
-    if not bool(torch.isfinite(q_l).all() and torch.isfinite(k_l).all()):
-        raise ValueError("q or k contains NaN or Inf at a real (unpadded) token")
-    with single_threaded(q_l.shape[0] * q_l.shape[1] * m**3 < 2**22):  # a few small matrices only
+    q_l, valid = _segment_means(q, m, mask, acc, segments)  # (b, h, m, d), (b, m)
+    k_l, _ = _segment_means(k, m, mask, acc, segments)  # (b, h, m, d)
+    # Landmarks are means of real tokens only, so this sees exactly the real positions (cheap: (m, d)).
+    check_finite("q at a real (unpadded) token", q_l)
+    check_finite("k at a real (unpadded) token", k_l)
+    if _use_fused_kernels():  # a few small matrices only: one thread (no guard on b, h under compile)
+        threads = single_threaded(q_l.shape[0] * q_l.shape[1] * m**3 < 2**22)
+    else:
+        threads = contextlib.nullcontext()
+    with threads:
         scores = q_l @ k_l.mT * scale  # (b, h, m, m)
         scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
         a = torch.softmax(scores, -1)  # (b, h, m, m)
@@ -68,16 +102,18 @@ def _landmark_kernel(q, k, m, mask, pinv_iterations, pinv, pinv_init, scale):
     return q_l, k_l, z, valid
 
 
+@rejects_key_padding_mask
 def nystrom_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
     num_landmarks: int = 64,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     pinv_iterations: int = 6,
     pinv: str = "iterative",
     pinv_init: str = "per_matrix",
+    segments: str = "balanced",
     scale: float | None = None,
     causal: bool = False,
 ) -> torch.Tensor:
@@ -86,11 +122,14 @@ def nystrom_attention(
     Args:
         q, k: (b, h, n, d); v: (b, h, n, dv). float16/bfloat16/float32/float64, one dtype.
         num_landmarks: m. With m ≥ n (and ``pinv="exact"``) the result is exact softmax attention.
-        key_padding_mask: bool (b, n), True = real token. Padded tokens enter neither landmarks nor
-            keys; their own output rows are unspecified (finite). Padded positions may hold any finite values.
+        mask: bool (b, n), True = real token. Padded tokens enter neither landmarks nor keys, and may
+            hold any values (NaN and Inf included): no real output or gradient depends on them. Their
+            own output rows are unspecified (finite).
         pinv_iterations: iterations of the Razavi et al. method.
         pinv: ``"iterative"`` (the paper) or ``"exact"`` (``torch.linalg.pinv``).
         pinv_init: ``"per_matrix"`` or ``"original"`` (batch-wide Z₀, for parity with public code only).
+        segments: ``"balanced"`` (real token of rank r of L goes to landmark ⌊r·m/L⌋) or
+            ``"front_padded"`` (lucidrains' layout: runs of ⌈n/m⌉ positions after virtual front padding).
         scale: score scale, default 1/√d.
         causal: must be False; Nyström landmarks are bidirectional (raises if True).
 
@@ -98,40 +137,53 @@ def nystrom_attention(
         (b, h, n, dv) in the inputs' dtype. Landmarks, A and A⁺ are computed in ≥ float32.
     """
     mask, scale = _prepare(
-        q, k, v, num_landmarks, key_padding_mask, pinv_iterations, pinv, pinv_init, scale, causal
+        q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
     )
+    q, k, v = zero_padding(mask, q, k, v)
     dtype = q.dtype
-    with torch.autocast(q.device.type, enabled=False):  # dtypes below are chosen on purpose
+    fused = _use_fused_kernels()
+    with autocast_off(q.device.type):  # dtypes below are chosen on purpose
         q_l, k_l, z, valid = _landmark_kernel(
-            q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, scale
+            q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale
         )
-        bv = long_key_attention(q_l.to(dtype), k, v, key_mask=mask, scale=scale)  # (b, h, m, dv)  B·V
-        if not bool(torch.isfinite(bv).all()):
-            raise ValueError("v contains NaN or Inf at a real (unpadded) token")
+        if fused:
+            bv = long_key_attention(q_l.to(dtype), k, v, key_mask=mask, scale=scale)  # (b, h, m, dv)  B·V
+        else:
+            bv = _sdpa(q_l.to(dtype), k, v, mask, scale)  # (b, h, m, dv)  B·V
+        check_finite("v at a real (unpadded) token", bv)
         w = (z @ bv.to(z.dtype)).to(dtype)  # (b, h, m, dv)  A⁺·(B·V)
-        lvalid = None if bool(valid.all()) else valid  # (b, m) only when a sample has < m real tokens
+        if not fused:
+            return _sdpa(q, k_l.to(dtype), w, valid, scale)  # (b, h, n, dv)
+        all_valid = value_checks_enabled(valid) and bool(valid.all())
+        lvalid = None if all_valid else valid  # (b, m) only when a sample has < m real tokens
         return short_key_attention(q, k_l.to(dtype), w, valid=lvalid, scale=scale)  # (b, h, n, dv)
 
 
+@rejects_key_padding_mask
 def nystrom_factors(
     q: torch.Tensor,
     k: torch.Tensor,
     *,
     num_landmarks: int = 64,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     pinv_iterations: int = 6,
     pinv: str = "iterative",
     pinv_init: str = "per_matrix",
+    segments: str = "balanced",
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The three materialised factors, for plots, debugging and oracles: F (b,h,n,m), A⁺ (b,h,m,m), B (b,h,m,n).
 
     ``F @ A⁺ @ B`` is the (n, n) Nyström approximation of softmax(QKᵀs). Computed in ≥ float32.
+    Options as in :func:`nystrom_attention`.
     """
     mask, scale = _prepare(
-        q, k, k, num_landmarks, key_padding_mask, pinv_iterations, pinv, pinv_init, scale, False
+        q, k, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, False
     )
-    q_l, k_l, z, valid = _landmark_kernel(q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, scale)
+    q, k = zero_padding(mask, q, k)
+    q_l, k_l, z, valid = _landmark_kernel(
+        q, k, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale
+    )
     qf, kf = q.to(z.dtype), k.to(z.dtype)
     f = torch.softmax(
         (qf @ k_l.mT * scale).masked_fill(~valid[:, None, None, :], float("-inf")), -1
@@ -142,16 +194,18 @@ def nystrom_factors(
     return f, z, torch.softmax(s_b, -1)  # B (b, h, m, n)
 
 
+@rejects_key_padding_mask
 def nystrom_attention_materialized(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
     num_landmarks: int = 64,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     pinv_iterations: int = 6,
     pinv: str = "iterative",
     pinv_init: str = "per_matrix",
+    segments: str = "balanced",
     scale: float | None = None,
 ) -> torch.Tensor:
     """The readable O(n·m) path: F · (A⁺ · (B · V)) with every factor materialised. (b, h, n, dv)."""
@@ -159,31 +213,31 @@ def nystrom_attention_materialized(
         q,
         k,
         num_landmarks=num_landmarks,
-        key_padding_mask=key_padding_mask,
+        mask=mask,
         pinv_iterations=pinv_iterations,
         pinv=pinv,
         pinv_init=pinv_init,
+        segments=segments,
         scale=scale,
     )
-    vf = v.to(z.dtype)
-    if key_padding_mask is not None:
-        vf = vf.masked_fill(~key_padding_mask[:, None, :, None], 0)
+    (vf,) = zero_padding(mask, v.to(z.dtype))
     return (f @ (z @ (bmat @ vf))).to(v.dtype)  # (b, h, n, dv)
 
 
+@rejects_key_padding_mask
 def softmax_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Exact softmax attention (fused SDPA): q, k (b, h, n, d), v (b, h, n, dv) -> (b, h, n, dv)."""
+    """Exact softmax attention (fused SDPA): q, k (b, h, n, d), v (b, h, n, dv) -> (b, h, n, dv).
+
+    ``mask`` (b, n) bool, True = real token; padded positions may hold any values (NaN, Inf).
+    """
     b, h, n, d, _ = check_qkv(q, k, v)
-    mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    key_mask = None if mask is None else mask[:, None, None, :]
-    if mask is not None:
-        v = v.masked_fill(~key_mask.mT, 0)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, scale=scale)
+    mask = check_mask(mask, b, n, q.device)
+    q, k, v = zero_padding(mask, q, k, v)
+    return _sdpa(q, k, v, mask, resolve_scale(scale, d))

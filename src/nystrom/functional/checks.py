@@ -7,9 +7,17 @@ Legend: b batch, h heads, n tokens, d head dim.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 import torch
+
+from nystrom.functional.amp import autocast_enabled
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -53,44 +61,89 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[int, i
     return b, h, n, d, v.shape[-1]
 
 
-def check_key_padding_mask(
-    mask: torch.Tensor | None, b: int, n: int, device: torch.device
-) -> torch.Tensor | None:
-    """Validate a key padding mask: bool (b, n), True = real token, at least one real token per row.
+MASK_CONVENTION = (
+    "mask is a bool (batch, tokens) tensor with True = real token (as transformers' attention_mask and"
+    " lucidrains' mask)"
+)
 
-    Returns ``None`` when the mask is ``None`` or all True (so callers can take the unmasked fast path).
+
+def rejects_key_padding_mask(fn: Callable[P, R]) -> Callable[P, R]:
+    """Make ``fn(..., key_padding_mask=...)`` raise a ``TypeError`` that states the mask convention.
+
+    Why not just let Python reject the unknown keyword: the old name (and PyTorch's
+    ``nn.MultiheadAttention(key_padding_mask=...)``, where True means *padding*) invites passing an
+    inverted mask, which would give a silently wrong answer; the error says which way round ours is.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if "key_padding_mask" in kwargs:
+            raise TypeError(
+                f"{fn.__qualname__}() takes no key_padding_mask: pass mask= instead. {MASK_CONVENTION}."
+                " PyTorch's nn.MultiheadAttention(key_padding_mask=...) uses the opposite convention"
+                " (True = padding): convert such a mask with mask=~key_padding_mask."
+            )
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def value_checks_enabled(t: torch.Tensor) -> bool:
+    """Whether checks that read tensor *values* on the host (NaN/Inf, empty mask rows) run for ``t``.
+
+    They run eagerly on CPU, where reading a value costs no device synchronisation. They are skipped
+    under ``torch.compile``/``torch.export`` (traced tensors hold no values) and on the meta device, and
+    on accelerators (each read would stall the host on the device queue on every call) unless anomaly
+    detection is on (``torch.autograd.set_detect_anomaly(True)``, PyTorch's own slow debugging switch).
+    """
+    if torch.compiler.is_compiling() or t.device.type == "meta":
+        return False
+    return t.device.type == "cpu" or torch.is_anomaly_enabled()
+
+
+def check_mask(mask: torch.Tensor | None, b: int, n: int, device: torch.device) -> torch.Tensor | None:
+    """Validate a padding mask: bool (b, n), True = real token, at least one real token per row.
+
+    Returns ``None`` when the mask is ``None``, or when it is all True and value checks run (see
+    :func:`value_checks_enabled`), so callers can take the unmasked fast path; otherwise the mask.
     """
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(
-            f"key_padding_mask must be a bool tensor of shape ({b}, {n}), got {type(mask).__name__}"
-        )
+        raise TypeError(f"mask must be a bool tensor of shape ({b}, {n}), got {type(mask).__name__}")
     if mask.dtype != torch.bool:
         raise TypeError(
-            f"key_padding_mask must have dtype torch.bool (True = real token), got {mask.dtype};"
+            f"mask must have dtype torch.bool (True = real token), got {mask.dtype};"
             " convert an HF-style 0/1 attention_mask with `mask.bool()`"
         )
     if tuple(mask.shape) != (b, n):
-        raise ValueError(
-            f"key_padding_mask must have shape (batch, tokens) = ({b}, {n}), got {tuple(mask.shape)}"
-        )
-    if mask.device != torch.device(device) and not (mask.device.type == torch.device(device).type):
-        raise ValueError(f"key_padding_mask is on {mask.device} but the inputs are on {device}")
+        raise ValueError(f"mask must have shape (batch, tokens) = ({b}, {n}), got {tuple(mask.shape)}")
+    if mask.device.type != torch.device(device).type:
+        raise ValueError(f"mask is on {mask.device} but the inputs are on {device}")
+    if not value_checks_enabled(mask):
+        return mask  # the masked path is exact for an all-True mask too
     real = mask.sum(-1)
     if bool((real == 0).any()):
         rows = torch.nonzero(real == 0).flatten().tolist()
-        raise ValueError(
-            f"key_padding_mask rows {rows} have no real token (all False); every sample needs one"
-        )
+        raise ValueError(f"mask rows {rows} have no real token (all False); every sample needs one")
     if bool(real.eq(n).all()):
         return None
     return mask
 
 
 def check_finite(name: str, t: torch.Tensor) -> None:
-    if not bool(torch.isfinite(t).all()):
+    """Raise if ``t`` holds NaN or Inf (only where :func:`value_checks_enabled`)."""
+    if value_checks_enabled(t) and not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or Inf values")
+
+
+def check_dtype_matches(x: torch.Tensor, weight: torch.Tensor) -> None:
+    """Raise a ``TypeError`` naming both dtypes if ``x`` and a module's ``weight`` differ outside autocast."""
+    if x.dtype != weight.dtype and not autocast_enabled(x.device.type):
+        raise TypeError(
+            f"x has dtype {x.dtype} but the module's parameters are {weight.dtype}: convert one to the"
+            f" other, e.g. x.to({weight.dtype}) or module.to({x.dtype}), or run under torch.autocast"
+        )
 
 
 def resolve_scale(scale: object, d: int) -> float:

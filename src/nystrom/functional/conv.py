@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nystrom.functional.amp import autocast_off
+
 BLOCK_ROWS = 64  # c: measured best of 32/64/128 for K = 35 on the 2-core VM
 # One product holds ≈ 4.5x its input in temporaries (padded copy, windows, result, its reshape); above
 # this many input bytes the heads go through in groups, so a 65536-token (b=1, h=8, d=64) input needs
@@ -134,5 +136,5 @@ def depthwise_seq_conv(
         )
     if not isinstance(block_rows, int) or block_rows < 1:
         raise ValueError(f"block_rows must be a positive int, got {block_rows!r}")
-    with torch.autocast(x.device.type, enabled=False):
+    with autocast_off(x.device.type):
         return _SeqConv.apply(x, w.to(x.dtype), block_rows)

@@ -12,41 +12,58 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_key_padding_mask, check_positive_int
+from nystrom.functional.checks import check_choice, check_mask, check_positive_int, rejects_key_padding_mask
+
+SEGMENTS = ("balanced", "front_padded")
 
 
 def landmark_assignment(
-    key_padding_mask: torch.Tensor | None, b: int, n: int, m: int, device: torch.device
+    mask: torch.Tensor | None,
+    b: int,
+    n: int,
+    m: int,
+    device: torch.device,
+    *,
+    segments: str = "balanced",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Map every token to its landmark.
+
+    ``segments="balanced"``: the real token of rank r (of L) goes to landmark ⌊r·m/L⌋.
+    ``segments="front_padded"`` (lucidrains' layout): the positions, virtually padded at the front to
+    m·l with l = ⌈n/m⌉, are cut into m runs of l; a real token goes to its run's landmark.
 
     Returns ``seg`` (b, n) int64 with values in [0, m] (m = padding, belongs to no landmark) and
     ``counts`` (b, m) int64, the number of real tokens in each landmark.
     """
-    if key_padding_mask is None:
+    if mask is None:
         real = torch.ones(b, n, dtype=torch.bool, device=device)
     else:
-        real = key_padding_mask
-    length = real.sum(-1, keepdim=True)  # (b, 1) = L
-    rank = real.long().cumsum(-1) - 1  # (b, n) rank among real tokens
-    seg = torch.where(real, (rank * m) // length, m)  # (b, n) floor(r·m/L), exact in integers
+        real = mask
+    if segments == "front_padded":
+        run = -(-n // m)  # l
+        pos = torch.arange(n, device=device) + (m * run - n)  # (n,) position after the front padding
+        seg = torch.where(real, pos // run, m)  # (b, n)
+    else:
+        length = real.sum(-1, keepdim=True)  # (b, 1) = L
+        rank = real.long().cumsum(-1) - 1  # (b, n) rank among real tokens
+        seg = torch.where(real, (rank * m) // length, m)  # (b, n) floor(r·m/L), exact in integers
     counts = torch.zeros(b, m + 1, dtype=torch.long, device=device)
     counts.scatter_add_(1, seg, torch.ones_like(seg))
     return seg, counts[:, :m]
 
 
 def _segment_means(
-    x: torch.Tensor, m: int, key_padding_mask: torch.Tensor | None, acc_dtype: torch.dtype
+    x: torch.Tensor, m: int, mask: torch.Tensor | None, acc_dtype: torch.dtype, segments: str = "balanced"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Unchecked core of :func:`segment_means`; sums in ``acc_dtype``. Returns (b, h, m, d), (b, m)."""
     b, h, n, d = x.shape
-    if key_padding_mask is None and n % m == 0:
+    if mask is None and n % m == 0:
         # The paper's contiguous segments: a free view and one reduction, no index traffic. Reducing in
         # token-major order reads whole (h·d) rows of a head view (measured 1.4x faster than head-major).
         tokens = x.transpose(1, 2).unflatten(1, (m, n // m))  # (b, m, l, h, d)
         means = tokens.mean(2, dtype=acc_dtype).transpose(1, 2)  # (b, h, m, d)
         return means, torch.ones(b, m, dtype=torch.bool, device=x.device)
-    seg, counts = landmark_assignment(key_padding_mask, b, n, m, x.device)
+    seg, counts = landmark_assignment(mask, b, n, m, x.device, segments=segments)
     # Rows of (b·n, h·d) are contiguous runs for both (b, h, n, d) tensors and head views of a fused
     # (b, n, 3, h, d) projection, so this reshape is usually a view and index_add_ streams whole rows.
     rows = x.permute(0, 2, 1, 3).reshape(b * n, h * d).to(acc_dtype)  # (b·n, h·d)
@@ -57,15 +74,17 @@ def _segment_means(
     return means, counts > 0
 
 
+@rejects_key_padding_mask
 def segment_means(
-    x: torch.Tensor, num_landmarks: int, key_padding_mask: torch.Tensor | None = None
+    x: torch.Tensor, num_landmarks: int, mask: torch.Tensor | None = None, *, segments: str = "balanced"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Segment-means landmarks of ``x``.
 
     Args:
         x: (b, h, n, d) queries or keys.
         num_landmarks: m ≥ 1.
-        key_padding_mask: optional bool (b, n), True = real token.
+        mask: optional bool (b, n), True = real token.
+        segments: ``"balanced"`` or ``"front_padded"`` (lucidrains' layout), see :func:`landmark_assignment`.
 
     Returns:
         ``(landmarks, landmark_mask)``: (b, h, m, d) in ``x``'s dtype (means accumulated in float32 for
@@ -77,7 +96,8 @@ def segment_means(
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
     m = check_positive_int("num_landmarks", num_landmarks)
-    mask = check_key_padding_mask(key_padding_mask, x.shape[0], x.shape[2], x.device)
+    check_choice("segments", segments, SEGMENTS)
+    mask = check_mask(mask, x.shape[0], x.shape[2], x.device)
     acc = torch.promote_types(x.dtype, torch.float32)
-    means, lmask = _segment_means(x, m, mask, acc)
+    means, lmask = _segment_means(x, m, mask, acc, segments)
     return means.to(x.dtype), lmask

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.checks import check_key_padding_mask, check_qkv
+from nystrom.functional.checks import check_mask, check_qkv, rejects_key_padding_mask, zero_padding
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -29,31 +29,30 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x) + 1.0
 
 
+@rejects_key_padding_mask
 def linear_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Non-causal ELU linear attention.
 
     Args:
         q, k: (b, h, n, d); v: (b, h, n, dv).
-        key_padding_mask: (b, n) bool, True = real token, or None.
+        mask: (b, n) bool, True = real token, or None.
 
     Returns:
         (b, h, n, dv), in the inputs' dtype.
     """
     b, _, n, _, _ = check_qkv(q, k, v)
-    mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
+    mask = check_mask(mask, b, n, q.device)
+    # zero the inputs first: 0 * NaN is NaN, and elu's backward at a NaN input would be NaN too
+    q, k, v = zero_padding(mask, q, k, v)
+    k_f = elu_feature_map(k)  # (b, h, n, d)
     if mask is not None:
-        keep = mask[:, None, :, None]  # (b, 1, n, 1)
-        # zero the inputs first: elu's backward at a NaN input would turn a zero gradient into NaN
-        k_f = elu_feature_map(k.masked_fill(~keep, 0.0)).masked_fill(~keep, 0.0)  # (b, h, n, d)
-        v = v.masked_fill(~keep, 0.0)  # 0 * NaN would still be NaN in the sum below
-    else:
-        k_f = elu_feature_map(k)  # (b, h, n, d)
+        k_f = k_f.masked_fill(~mask[:, None, :, None], 0.0)  # padded keys carry no feature mass
     q_f = elu_feature_map(q)  # (b, h, n, d)
     # a ones column on v gives the normaliser from the same two matmuls as the numerator
     v1 = torch.cat((v, v.new_ones(*v.shape[:-1], 1)), dim=-1)  # (b, h, n, dv + 1)

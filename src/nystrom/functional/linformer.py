@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_key_padding_mask, check_qkv, resolve_scale
+from nystrom.functional.checks import check_mask, check_qkv, resolve_scale
 
 
 def _check_projection(name: str, e: torch.Tensor, n: int, like: torch.Tensor) -> None:
@@ -41,7 +41,7 @@ def linformer_attention(
     e: torch.Tensor,
     f: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
     """Linformer attention ``softmax(q (E k)^T * scale) (F v)``.
@@ -49,7 +49,7 @@ def linformer_attention(
     Args:
         q, k: (b, h, n, d); v: (b, h, n, dv).
         e, f: (p, N) key and value projections, N >= n; the first n columns are used.
-        key_padding_mask: (b, n) bool, True = real token, or None.
+        mask: (b, n) bool, True = real token, or None.
         scale: logit scale, default ``1/sqrt(d)``.
 
     Returns:
@@ -58,7 +58,7 @@ def linformer_attention(
     b, _, n, d, _ = check_qkv(q, k, v)
     _check_projection("e", e, n, q)
     _check_projection("f", f, n, q)
-    mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
+    mask = check_mask(mask, b, n, q.device)
     scale = resolve_scale(scale, d)
     if mask is not None:
         keep = mask[:, None, :, None]  # (b, 1, n, 1)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv, resolve_scale
+from nystrom.functional.checks import check_mask, check_positive_int, check_qkv, resolve_scale
 
 #: smallest block size: tiny windows would otherwise mean thousands of tiny matmuls
 _MIN_BLOCK = 16
@@ -34,7 +34,7 @@ def sliding_window_attention(
     v: torch.Tensor,
     *,
     window_size: int = 257,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
     """Local attention: each query sees the ``window_size`` keys centred on it.
@@ -42,7 +42,7 @@ def sliding_window_attention(
     Args:
         q, k: (b, h, n, d); v: (b, h, n, dv).
         window_size: odd w = 2r + 1 (257 = 128 each side + self, the Nyströmformer paper's setting).
-        key_padding_mask: (b, n) bool, True = real token, or None.
+        mask: (b, n) bool, True = real token, or None.
         scale: logit scale, default ``1/sqrt(d)``.
 
     Returns:
@@ -52,7 +52,7 @@ def sliding_window_attention(
     check_positive_int("window_size", window_size)
     if window_size % 2 == 0:
         raise ValueError(f"window_size must be odd (2 * radius + 1, centred on the query), got {window_size}")
-    mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
+    mask = check_mask(mask, b, n, q.device)
     scale = resolve_scale(scale, d)
     r = window_size // 2
     c = max(r, _MIN_BLOCK)

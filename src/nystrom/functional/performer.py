@@ -27,7 +27,7 @@ import torch
 
 from nystrom.functional.checks import (
     check_choice,
-    check_key_padding_mask,
+    check_mask,
     check_positive_int,
     check_qkv,
     resolve_scale,
@@ -58,7 +58,7 @@ def favor_features(
     projection: torch.Tensor,
     *,
     kind: str = "plain",
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Positive random features ``phi(x) = exp(W x - |x|^2/2) / sqrt(m)``, optionally stabilised.
 
@@ -67,7 +67,7 @@ def favor_features(
         projection: W (m, d).
         kind: "plain" (the formula as is), "query" (times a per-row constant keeping the row max at
             ``1/sqrt(m)``) or "key" (times one constant per (b, h), padded keys zeroed).
-        key_padding_mask: (b, n) bool, True = real token; only used by ``kind="key"``.
+        mask: (b, n) bool, True = real token; only used by ``kind="key"``.
 
     Returns:
         (b, h, n, m).
@@ -87,13 +87,13 @@ def favor_features(
         shift = xw.detach().amax(-1, keepdim=True) + log_norm  # (b, h, n, 1)
     else:  # one shift per (b, h): the max over real keys of each row's max logit
         row = xw.detach().amax(-1, keepdim=True) - half_sq.detach()  # (b, h, n, 1)
-        if key_padding_mask is not None:
-            row = row.masked_fill(~key_padding_mask[:, None, :, None], -torch.inf)
+        if mask is not None:
+            row = row.masked_fill(~mask[:, None, :, None], -torch.inf)
         shift = half_sq + row.amax(-2, keepdim=True) + log_norm  # (b, h, n, 1)
     logits = xw - shift  # (b, h, n, m)
-    if kind == "key" and key_padding_mask is not None:
+    if kind == "key" and mask is not None:
         # -inf, not a zero after exp: exp of padded garbage could overflow and turn 0 * inf into NaN grads
-        logits = logits.masked_fill(~key_padding_mask[:, None, :, None], -torch.inf)
+        logits = logits.masked_fill(~mask[:, None, :, None], -torch.inf)
     return logits.exp_()  # (b, h, n, m); in place is safe: nothing saved the fresh `logits` for backward
 
 
@@ -103,7 +103,7 @@ def performer_attention(
     v: torch.Tensor,
     projection: torch.Tensor,
     *,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
     """FAVOR+ approximation of ``softmax(q k^T * scale) v``.
@@ -111,7 +111,7 @@ def performer_attention(
     Args:
         q, k: (b, h, n, d); v: (b, h, n, dv).
         projection: W (m, d), e.g. from :func:`orthogonal_random_features`.
-        key_padding_mask: (b, n) bool, True = real token, or None.
+        mask: (b, n) bool, True = real token, or None.
         scale: logit scale, default ``1/sqrt(d)``.
 
     Returns:
@@ -121,10 +121,10 @@ def performer_attention(
     if not isinstance(projection, torch.Tensor) or projection.dim() != 2 or projection.shape[1] != d:
         shape = tuple(projection.shape) if isinstance(projection, torch.Tensor) else type(projection).__name__
         raise ValueError(f"projection must have shape (num_features, {d}), got {shape}")
-    mask = check_key_padding_mask(key_padding_mask, b, n, q.device)
+    mask = check_mask(mask, b, n, q.device)
     root = resolve_scale(scale, d) ** 0.5  # split the scale between q and k
     q_f = favor_features(q * root, projection, kind="query")  # (b, h, n, m)
-    k_f = favor_features(k * root, projection, kind="key", key_padding_mask=mask)  # (b, h, n, m)
+    k_f = favor_features(k * root, projection, kind="key", mask=mask)  # (b, h, n, m)
     # a ones column on v gives the normaliser D from the same two matmuls as the numerator
     v1 = torch.cat((v, v.new_ones(*v.shape[:-1], 1)), dim=-1)  # (b, h, n, dv + 1)
     out = q_f @ (k_f.mT @ v1)  # (b, h, n, dv + 1)

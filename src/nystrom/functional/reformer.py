@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_key_padding_mask, check_positive_int, check_qkv, resolve_scale
+from nystrom.functional.checks import check_mask, check_positive_int, check_qkv, resolve_scale
 
 #: logit of a token attending to itself: low enough to lose against any real key, above padding
 SELF_LOGIT = -5e4
@@ -66,7 +66,7 @@ def lsh_attention(
     rotations: torch.Tensor,
     *,
     bucket_size: int = 64,
-    key_padding_mask: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
     scale: float | None = None,
 ) -> torch.Tensor:
     """Shared-QK LSH attention.
@@ -75,7 +75,7 @@ def lsh_attention(
         qk: (b, h, n, d) shared queries/keys (keys are ``qk / |qk|``); v: (b, h, n, dv).
         rotations: (r, d, u/2), e.g. ``random_rotations(r, d, lsh_num_buckets(n, bucket_size))``.
         bucket_size: chunk length c.
-        key_padding_mask: (b, n) bool, True = real token, or None.
+        mask: (b, n) bool, True = real token, or None.
         scale: logit scale, default ``1/sqrt(d)``.
 
     Returns:
@@ -86,7 +86,7 @@ def lsh_attention(
     if not isinstance(rotations, torch.Tensor) or rotations.dim() != 3 or rotations.shape[1] != d:
         shape = tuple(rotations.shape) if isinstance(rotations, torch.Tensor) else type(rotations).__name__
         raise ValueError(f"rotations must have shape (n_hashes, {d}, n_buckets // 2), got {shape}")
-    mask = check_key_padding_mask(key_padding_mask, b, n, qk.device)
+    mask = check_mask(mask, b, n, qk.device)
     scale = resolve_scale(scale, d)
     r, u = rotations.shape[0], 2 * rotations.shape[2]
     nc = -(-n // c)

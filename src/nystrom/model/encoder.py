@@ -157,9 +157,9 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, key_padding_mask: torch.Tensor | None) -> torch.Tensor:
         if self.pre_norm:
-            x = x + self.attention(self.attention_norm(x), key_padding_mask)  # (b, n, e)
+            x = x + self.attention(self.attention_norm(x), mask=key_padding_mask)  # (b, n, e)
             return x + self.ffn(self.ffn_norm(x))
-        x = self.attention_norm(x + self.attention(x, key_padding_mask))  # (b, n, e)
+        x = self.attention_norm(x + self.attention(x, mask=key_padding_mask))  # (b, n, e)
         return self.ffn_norm(x + self.ffn(x))
 
 
