@@ -14,7 +14,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nystrom.functional.checks import check_dtype_matches, check_mask, rejects_key_padding_mask
+from nystrom.functional.checks import (
+    check_dtype_matches,
+    check_mask,
+    first_order_only,
+    rejects_key_padding_mask,
+)
 from nystrom.functional.conv import depthwise_seq_conv
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.memory import empty
@@ -99,36 +104,43 @@ class AttentionBase(nn.Module):
         if mask is not None:  # zeroed, not only masked later: 0 · NaN in the weight gradient would be NaN
             x = x.masked_fill(~mask[..., None], 0)
         o = self._attend(x, mask)  # (b, n, h*d); the fused q/k/v tensor is already released
-        return self.dropout(self.out(o))
+        return first_order_only(self.dropout(self.out(o)), type(self).__name__)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
-        qkv = self.qkv(x)  # (b, n, 3·h·d)
-        if torch.compiler.is_compiling():  # the compiler fuses the split itself; _SplitHeads is opaque to it
-            q, k, v = qkv.unflatten(-1, (3, self.heads, self.dim_head)).permute(2, 0, 3, 1, 4).unbind(0)
-        else:
-            q, k, v = _SplitHeads.apply(qkv, self.heads, self.dim_head)  # each (b, h, n, d), views
+        q, k, v = split_heads(self.qkv(x), self.heads, self.dim_head)  # each (b, h, n, d), views
         o = self.core(q, k, v, mask)  # (b, h, n, d)
         if self.conv is not None:
             if mask is not None:  # padding must not leak into real tokens through the conv
                 v = v.masked_fill(~mask[:, None, :, None], 0)
-            o = o + self._conv_skip(v)  # (b, h, n, d)
+            o = o + conv_skip(v, self.conv.weight)  # (b, h, n, d) = self.conv(v)
         return o.transpose(1, 2).flatten(2)  # (b, n, h*d); a view when core wrote a (b, n, h, d) buffer
-
-    def _conv_skip(self, v: torch.Tensor) -> torch.Tensor:
-        """``self.conv(v)`` for v (b, h, n, d), in v's dtype (autocast off): as banded GEMMs when eager."""
-        if not torch.compiler.is_compiling():
-            return depthwise_seq_conv(v, self.conv.weight)  # the same function, faster on CPU
-        # Traced: K shifted multiply-adds, which the compiler fuses into one loop. Not the banded GEMMs (their
-        # strided views pin n to one value) nor conv2d (inductor's CPU convolution specialises n too).
-        n, k = v.shape[2], self.conv_kernel_size
-        w = self.conv.weight.to(v.dtype).view(1, self.heads, k, 1)  # (1, h, K, 1)
-        vp = F.pad(v, (0, 0, k // 2, k // 2))  # (b, h, n + K − 1, d)
-        return sum(vp[:, :, j : j + n] * w[:, :, j : j + 1] for j in range(k))  # (b, h, n, d)
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"
+
+
+def split_heads(qkv: torch.Tensor, heads: int, dim_head: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(b, n, 3·h·d) fused projection -> q, k, v views (b, h, n, d) (the ``(3, h, d)`` column layout)."""
+    if torch.compiler.is_compiling():  # the compiler fuses the split itself; _SplitHeads is opaque to it
+        return qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4).unbind(0)
+    return _SplitHeads.apply(qkv, heads, dim_head)
+
+
+def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The depthwise conv skip ``Conv2d(h, h, (K, 1), padding=(K // 2, 0), groups=h, bias=False)`` of v.
+
+    v (b, h, n, d), weight (h, 1, K, 1) -> (b, h, n, d) in v's dtype. Eagerly as banded GEMMs
+    (:func:`depthwise_seq_conv`, faster on CPU); traced, as K shifted multiply-adds that the compiler
+    fuses into one loop (the GEMMs' strided views, and inductor's CPU conv2d, would pin n to one value).
+    """
+    if not torch.compiler.is_compiling():
+        return depthwise_seq_conv(v, weight)
+    h, k, n = weight.shape[0], weight.shape[2], v.shape[2]
+    w = weight.to(v.dtype).view(1, h, k, 1)  # (1, h, K, 1)
+    vp = F.pad(v, (0, 0, k // 2, k // 2))  # (b, h, n + K − 1, d)
+    return sum(vp[:, :, j : j + n] * w[:, :, j : j + 1] for j in range(k))  # (b, h, n, d)
 
 
 class _SplitHeads(torch.autograd.Function):

@@ -25,6 +25,7 @@ from nystrom.functional.checks import (
     check_mask,
     check_positive_int,
     check_qkv,
+    first_order_only,
     rejects_key_padding_mask,
     resolve_scale,
     value_checks_enabled,
@@ -156,7 +157,8 @@ def nystrom_attention(
             return _sdpa(q, k_l.to(dtype), w, valid, scale)  # (b, h, n, dv)
         all_valid = value_checks_enabled(valid) and bool(valid.all())
         lvalid = None if all_valid else valid  # (b, m) only when a sample has < m real tokens
-        return short_key_attention(q, k_l.to(dtype), w, valid=lvalid, scale=scale)  # (b, h, n, dv)
+        out = short_key_attention(q, k_l.to(dtype), w, valid=lvalid, scale=scale)  # (b, h, n, dv)
+    return first_order_only(out, "nystrom_attention")
 
 
 @rejects_key_padding_mask

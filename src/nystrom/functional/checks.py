@@ -158,3 +158,35 @@ def resolve_scale(scale: object, d: int) -> float:
     ):
         raise ValueError(f"scale must be a positive finite float or None (= 1/sqrt(head_dim)), got {scale!r}")
     return float(scale)
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """Identity whose backward refuses ``create_graph=True`` with a clear message (see first_order_only)."""
+
+    @staticmethod
+    def forward(ctx, x, what):
+        ctx.what = what
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if torch.is_grad_enabled():  # autograd enables grad mode in a backward exactly when create_graph=True
+            raise NotImplementedError(
+                f"double backward (create_graph=True) through {ctx.what} is not implemented: its kernels"
+                " recompute in the backward instead of keeping a differentiable graph. For higher-order"
+                " gradients use nystrom.functional.nystrom_attention_materialized (plain PyTorch ops)."
+            )
+        return grad, None
+
+
+def first_order_only(x: torch.Tensor, what: str) -> torch.Tensor:
+    """``x`` unchanged; a backward through it with ``create_graph=True`` raises ``NotImplementedError``.
+
+    Without it a double backward fails deep inside with PyTorch's "trying to differentiate twice a
+    function that was marked with @once_differentiable" or "derivative for aten::…_backward is not
+    implemented". Skipped when nothing needs a gradient, and when traced (the compiler rejects double
+    backward itself).
+    """
+    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and x.requires_grad):
+        return x
+    return _FirstOrderOnly.apply(x, what)

@@ -1,0 +1,216 @@
+"""A drop-in for lucidrains' ``nystrom-attention`` (0.0.14) running on nystrom's core.
+
+Legend: b batch, n tokens, h heads, d head dim (``dim_head``), m landmarks, e model dim (``dim``).
+
+Change one import line::
+
+    from nystrom_attention import NystromAttention, Nystromformer          # before
+    from nystrom.compat.lucidrains import NystromAttention, Nystromformer  # after
+
+Constructors, defaults, ``forward`` arguments and parameter names/shapes are lucidrains', so their
+state dicts load with ``strict=True`` (and ours load into theirs). The maths is lucidrains' landmark
+layout (n virtually padded at the front to a multiple of m, m runs of ⌈n/m⌉ positions, masked means),
+computed by :func:`nystrom.functional.nystrom_attention` with ``segments="front_padded"``. Where
+lucidrains is exact (n divisible by m, or a mask given and no landmark run empty) the outputs agree
+(tested to 1e-4 with copied weights). Where it is not, ours stays exact:
+
+- n not divisible by m and no mask: lucidrains' front padding enters the landmark means and the keys
+  (zero keys with weight exp(0) in every softmax row). We exclude it, as lucidrains does with a mask.
+- a landmark run with no real token (front padding ≥ ⌈n/m⌉ positions, e.g. n = 6000, m = 256; or long
+  right padding): lucidrains gives the empty landmark a uniform row in A and its pseudo-inverse mixes
+  it into the real ones. We drop empty landmarks exactly.
+- ``pinv_init``: lucidrains scales Z₀ of the pseudo-inverse by one maximum over the whole batch and all
+  heads, so a sample's output depends on its batch-mates. By default we do the same (``"original"``),
+  because a lucidrains-trained checkpoint was trained with it; pass ``pinv_init="per_matrix"`` for
+  batch-independent outputs. docs/lucidrains.md has the measured differences.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from nystrom.attention.base import conv_skip, split_heads
+from nystrom.functional.attention import nystrom_attention, nystrom_factors
+from nystrom.functional.checks import (
+    check_choice,
+    check_dtype_matches,
+    check_mask,
+    check_positive_int,
+    first_order_only,
+    rejects_key_padding_mask,
+)
+from nystrom.functional.dropout import Dropout
+from nystrom.functional.pinv import PINV_INITS
+
+
+class NystromAttention(nn.Module):
+    """lucidrains' ``NystromAttention``: ``x (b, n, dim) -> (b, n, dim)`` (same arguments and defaults).
+
+    Args:
+        dim: model width e.
+        dim_head, heads: d and h.
+        num_landmarks: m (n need not divide by it).
+        pinv_iterations: iterations of the Moore–Penrose approximation.
+        residual: add the depthwise conv of V over the sequence (``res_conv``).
+        residual_conv_kernel: its kernel length (odd).
+        eps: kept for signature and state compatibility; our masked means divide by the exact count.
+        dropout: dropout after the output projection.
+        pinv_init: keyword-only extra: ``"original"`` (lucidrains' batch-wide Z₀, default, for parity) or
+            ``"per_matrix"`` (batch-independent).
+
+    Parameters: ``to_qkv`` Linear(e, 3·h·d, bias=False), ``to_out.0`` Linear(h·d, e),
+    ``res_conv`` Conv2d(h, h, (K, 1), groups=h, bias=False).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        dim_head: int = 64,
+        heads: int = 8,
+        num_landmarks: int = 256,
+        pinv_iterations: int = 6,
+        residual: bool = True,
+        residual_conv_kernel: int = 33,
+        eps: float = 1e-8,
+        dropout: float = 0.0,
+        *,
+        pinv_init: str = "original",
+    ) -> None:
+        super().__init__()
+        for name, val in (("dim", dim), ("dim_head", dim_head), ("heads", heads)):
+            check_positive_int(name, val)
+        self.eps = eps
+        self.num_landmarks = check_positive_int("num_landmarks", num_landmarks)
+        self.pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations, minimum=0)
+        self.pinv_init = check_choice("pinv_init", pinv_init, PINV_INITS)
+        self.heads, self.dim_head = heads, dim_head
+        self.scale = dim_head**-0.5
+        inner = heads * dim_head
+        self.to_qkv = nn.Linear(dim, inner * 3, bias=False)
+        self.to_out = nn.Sequential(nn.Linear(inner, dim), Dropout(dropout))
+        self.residual = residual
+        if residual:
+            k = check_positive_int("residual_conv_kernel", residual_conv_kernel)
+            if k % 2 == 0:
+                raise ValueError(f"residual_conv_kernel must be odd, got {k}")
+            self.res_conv = nn.Conv2d(heads, heads, (k, 1), padding=(k // 2, 0), groups=heads, bias=False)
+
+    @rejects_key_padding_mask
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        return_attn: bool = False,
+        return_attn_matrices: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, ...]]:
+        """``x`` (b, n, dim), ``mask`` (b, n) bool with True = real token -> (b, n, dim).
+
+        ``return_attn=True`` also returns the (b, h, n, n) Nyström attention matrix F·A⁺·B (lucidrains
+        returns it at its padded length when m does not divide n); ``return_attn_matrices=True`` the
+        factors (F (b, h, n, m), A⁺ (b, h, m, m), B (b, h, m, n)). Both are O(n²)/O(n·m) memory, in ≥ float32.
+        """
+        if not isinstance(x, torch.Tensor) or x.dim() != 3:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (batch, tokens, dim), got {shape}")
+        check_dtype_matches(x, self.to_qkv.weight)
+        b, n, _ = x.shape
+        mask = check_mask(mask, b, n, x.device)
+        if mask is not None:  # padded positions may hold NaN: zero them before any weight sees them
+            x = x.masked_fill(~mask[..., None], 0)
+        q, k, v = split_heads(self.to_qkv(x), self.heads, self.dim_head)  # each (b, h, n, d)
+        opts = dict(
+            num_landmarks=self.num_landmarks,
+            mask=mask,
+            pinv_iterations=self.pinv_iterations,
+            pinv_init=self.pinv_init,
+            segments="front_padded",
+        )
+        o = nystrom_attention(q, k, v, **opts)  # (b, h, n, d)
+        if self.residual:
+            o = o + conv_skip(v, self.res_conv.weight)  # padded v is 0 already: x is, and to_qkv has no bias
+        out = first_order_only(self.to_out(o.transpose(1, 2).flatten(2)), "NystromAttention")  # (b, n, e)
+        if not (return_attn or return_attn_matrices):
+            return out
+        f, z, bmat = nystrom_factors(q, k, **opts)  # (b,h,n,m), (b,h,m,m), (b,h,m,n)
+        if return_attn_matrices:
+            return out, (f, z, bmat)
+        return out, f @ z @ bmat  # (b, h, n, n)
+
+
+class PreNorm(nn.Module):
+    """``fn(LayerNorm(x), ...)`` (lucidrains' ``PreNorm``; parameters ``norm``, ``fn``)."""
+
+    def __init__(self, dim: int, fn: nn.Module) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (b, n, e) -> (b, n, e); ``mask`` is passed on only when given (the feed-forward takes none)."""
+        x = self.norm(x)
+        return self.fn(x) if mask is None else self.fn(x, mask=mask)
+
+
+class FeedForward(nn.Module):
+    """Linear(e, e·mult) – GELU – Dropout – Linear(e·mult, e) (lucidrains' ``FeedForward``, ``net``)."""
+
+    def __init__(self, dim: int, mult: int = 4, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Linear(dim, dim * mult), nn.GELU(), Dropout(dropout), nn.Linear(dim * mult, dim)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(b, n, e) -> (b, n, e)."""
+        return self.net(x)
+
+
+class Nystromformer(nn.Module):
+    """lucidrains' ``Nystromformer``: ``depth`` pre-norm blocks of attention + feed-forward, residual sums.
+
+    Takes embeddings ``x`` (b, n, dim) and an optional ``mask`` (b, n) bool (True = real token); returns
+    (b, n, dim). Keyword-only arguments and defaults are lucidrains'; parameters live under
+    ``layers.{i}.0`` (PreNorm of :class:`NystromAttention`) and ``layers.{i}.1`` (PreNorm of FeedForward).
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        depth: int,
+        dim_head: int = 64,
+        heads: int = 8,
+        num_landmarks: int = 256,
+        pinv_iterations: int = 6,
+        attn_values_residual: bool = True,
+        attn_values_residual_conv_kernel: int = 33,
+        attn_dropout: float = 0.0,
+        ff_dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        check_positive_int("depth", depth)
+        attn = dict(
+            dim=dim,
+            dim_head=dim_head,
+            heads=heads,
+            num_landmarks=num_landmarks,
+            pinv_iterations=pinv_iterations,
+            residual=attn_values_residual,
+            residual_conv_kernel=attn_values_residual_conv_kernel,
+            dropout=attn_dropout,
+        )
+        self.layers = nn.ModuleList(
+            nn.ModuleList(
+                [PreNorm(dim, NystromAttention(**attn)), PreNorm(dim, FeedForward(dim, dropout=ff_dropout))]
+            )
+            for _ in range(depth)
+        )
+
+    @rejects_key_padding_mask
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (b, n, dim), mask (b, n) bool or None -> (b, n, dim)."""
+        for attn, ff in self.layers:
+            x = attn(x, mask=mask) + x  # (b, n, e)
+            x = ff(x) + x
+        return x
