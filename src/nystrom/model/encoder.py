@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nystrom.functional.checks import value_checks_enabled
 from nystrom.functional.dropout import Dropout
 from nystrom.model.config import NystromformerConfig
 
@@ -59,7 +60,7 @@ def to_key_padding_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, 
         )
     if attention_mask.dtype == torch.bool:
         return attention_mask
-    if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+    if value_checks_enabled(attention_mask) and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError(f"{name} must hold only 0 (padding) and 1 (real token), or be a bool tensor")
     return attention_mask != 0
 
@@ -184,7 +185,7 @@ def _check_ids(name: str, ids: torch.Tensor, shape: tuple[int, ...] | None, limi
         )
     if shape is not None and tuple(ids.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(ids.shape)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+    if value_checks_enabled(ids) and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
         raise ValueError(
             f"{name} must lie in [0, {limit}), got values in [{int(ids.min())}, {int(ids.max())}]"
         )
