@@ -29,6 +29,7 @@ from nystrom.functional.checks import (
     rejects_key_padding_mask,
     resolve_scale,
     value_checks_enabled,
+    zero_padding,
 )
 from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import SEGMENTS, _segment_means
@@ -55,18 +56,6 @@ def _prepare(q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, seg
     check_choice("segments", segments, SEGMENTS)
     mask = check_mask(mask, b, n, q.device)
     return mask, resolve_scale(scale, d)
-
-
-def zero_padding(mask: torch.Tensor | None, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Each (b, h, n, ·) tensor with its padded positions (``mask`` (b, n) False) set to 0.
-
-    Why: padded positions may hold anything, NaN and Inf included; a masked-out probability of 0 times
-    NaN is still NaN, so the values themselves are replaced (``masked_fill``, whose gradient there is 0).
-    """
-    if mask is None:
-        return ts
-    pad = ~mask[:, None, :, None]  # (b, 1, n, 1)
-    return tuple(t.masked_fill(pad, 0) for t in ts)
 
 
 def _sdpa(q, k, v, key_mask, scale):

@@ -131,6 +131,18 @@ def check_mask(mask: torch.Tensor | None, b: int, n: int, device: torch.device) 
     return mask
 
 
+def zero_padding(mask: torch.Tensor | None, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each (b, h, n, ·) tensor with its padded positions (``mask`` (b, n) False) set to 0.
+
+    Why: padded positions may hold anything, NaN and Inf included; a masked-out probability of 0 times
+    NaN is still NaN, so the values themselves are replaced (``masked_fill``, whose gradient there is 0).
+    """
+    if mask is None:
+        return ts
+    pad = ~mask[:, None, :, None]  # (b, 1, n, 1)
+    return tuple(t.masked_fill(pad, 0) for t in ts)
+
+
 def check_finite(name: str, t: torch.Tensor) -> None:
     """Raise if ``t`` holds NaN or Inf (only where :func:`value_checks_enabled`)."""
     if value_checks_enabled(t) and not bool(torch.isfinite(t).all()):

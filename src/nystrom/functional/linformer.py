@@ -16,7 +16,13 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_mask, check_qkv, resolve_scale
+from nystrom.functional.checks import (
+    check_mask,
+    check_qkv,
+    rejects_key_padding_mask,
+    resolve_scale,
+    zero_padding,
+)
 
 
 def _check_projection(name: str, e: torch.Tensor, n: int, like: torch.Tensor) -> None:
@@ -34,6 +40,7 @@ def _check_projection(name: str, e: torch.Tensor, n: int, like: torch.Tensor) ->
         raise ValueError(f"{name} is on {e.device} but q is on {like.device}")
 
 
+@rejects_key_padding_mask
 def linformer_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -59,6 +66,7 @@ def linformer_attention(
     _check_projection("e", e, n, q)
     _check_projection("f", f, n, q)
     mask = check_mask(mask, b, n, q.device)
+    q, k, v = zero_padding(mask, q, k, v)  # padded positions may hold NaN/Inf
     scale = resolve_scale(scale, d)
     if mask is not None:
         keep = mask[:, None, :, None]  # (b, 1, n, 1)

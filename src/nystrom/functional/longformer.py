@@ -17,7 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_mask, check_positive_int, check_qkv, resolve_scale
+from nystrom.functional.checks import (
+    check_mask,
+    check_positive_int,
+    check_qkv,
+    rejects_key_padding_mask,
+    resolve_scale,
+    zero_padding,
+)
 
 #: smallest block size: tiny windows would otherwise mean thousands of tiny matmuls
 _MIN_BLOCK = 16
@@ -28,6 +35,7 @@ def _neighbour_blocks(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((x[..., :-2, :, :], x[..., 1:-1, :, :], x[..., 2:, :, :]), dim=-2)
 
 
+@rejects_key_padding_mask
 def sliding_window_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -53,6 +61,7 @@ def sliding_window_attention(
     if window_size % 2 == 0:
         raise ValueError(f"window_size must be odd (2 * radius + 1, centred on the query), got {window_size}")
     mask = check_mask(mask, b, n, q.device)
+    q, k, v = zero_padding(mask, q, k, v)  # padded positions may hold NaN/Inf
     scale = resolve_scale(scale, d)
     r = window_size // 2
     c = max(r, _MIN_BLOCK)

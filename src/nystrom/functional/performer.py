@@ -30,7 +30,9 @@ from nystrom.functional.checks import (
     check_mask,
     check_positive_int,
     check_qkv,
+    rejects_key_padding_mask,
     resolve_scale,
+    zero_padding,
 )
 
 FEATURE_KINDS = ("plain", "query", "key")
@@ -53,6 +55,7 @@ def orthogonal_random_features(
     return (w * lengths[:, None]).float()  # (m, d)
 
 
+@rejects_key_padding_mask
 def favor_features(
     x: torch.Tensor,
     projection: torch.Tensor,
@@ -97,6 +100,7 @@ def favor_features(
     return logits.exp_()  # (b, h, n, m); in place is safe: nothing saved the fresh `logits` for backward
 
 
+@rejects_key_padding_mask
 def performer_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -122,6 +126,7 @@ def performer_attention(
         shape = tuple(projection.shape) if isinstance(projection, torch.Tensor) else type(projection).__name__
         raise ValueError(f"projection must have shape (num_features, {d}), got {shape}")
     mask = check_mask(mask, b, n, q.device)
+    q, k, v = zero_padding(mask, q, k, v)  # padded positions may hold NaN/Inf
     root = resolve_scale(scale, d) ** 0.5  # split the scale between q and k
     q_f = favor_features(q * root, projection, kind="query")  # (b, h, n, m)
     k_f = favor_features(k * root, projection, kind="key", mask=mask)  # (b, h, n, m)

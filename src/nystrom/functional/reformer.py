@@ -20,7 +20,14 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_mask, check_positive_int, check_qkv, resolve_scale
+from nystrom.functional.checks import (
+    check_mask,
+    check_positive_int,
+    check_qkv,
+    rejects_key_padding_mask,
+    resolve_scale,
+    zero_padding,
+)
 
 #: logit of a token attending to itself: low enough to lose against any real key, above padding
 SELF_LOGIT = -5e4
@@ -60,6 +67,7 @@ def _look_one_back(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((x, x.roll(1, dims=3)), dim=4)
 
 
+@rejects_key_padding_mask
 def lsh_attention(
     qk: torch.Tensor,
     v: torch.Tensor,
@@ -87,6 +95,7 @@ def lsh_attention(
         shape = tuple(rotations.shape) if isinstance(rotations, torch.Tensor) else type(rotations).__name__
         raise ValueError(f"rotations must have shape (n_hashes, {d}, n_buckets // 2), got {shape}")
     mask = check_mask(mask, b, n, qk.device)
+    qk, v = zero_padding(mask, qk, v)  # padded positions may hold NaN/Inf
     scale = resolve_scale(scale, d)
     r, u = rotations.shape[0], 2 * rotations.shape[2]
     nc = -(-n // c)
