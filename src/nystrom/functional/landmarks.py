@@ -44,7 +44,7 @@ def landmark_assignment(
         pos = torch.arange(n, device=device) + (m * run - n)  # (n,) position after the front padding
         seg = torch.where(real, pos // run, m)  # (b, n)
     else:
-        length = real.sum(-1, keepdim=True)  # (b, 1) = L
+        length = real.sum(-1, keepdim=True).clamp(min=1)  # (b, 1) = L; ≥ 1: unchecked rows (traced, GPU)
         rank = real.long().cumsum(-1) - 1  # (b, n) rank among real tokens
         seg = torch.where(real, (rank * m) // length, m)  # (b, n) floor(r·m/L), exact in integers
     counts = torch.zeros(b, m + 1, dtype=torch.long, device=device)
