@@ -126,3 +126,17 @@ def test_double_backward_raises_not_implemented_and_materialized_works():
     )
     (hvp,) = torch.autograd.grad(g.sum(), q)  # second order through the plain-ops path
     assert torch.isfinite(hvp).all() and hvp.abs().max() > 0
+
+
+def test_unchecked_empty_mask_row_gives_zeros_not_a_crash(monkeypatch):
+    """Where value checks are off (GPU, compile), a sample without a real token must not divide by 0."""
+    import nystrom.functional.attention as fa
+    import nystrom.functional.checks as checks
+
+    monkeypatch.setattr(checks, "value_checks_enabled", lambda t: False)
+    monkeypatch.setattr(fa, "value_checks_enabled", lambda t: False)
+    q = torch.randn(2, 2, 20, 8)
+    mask = right_pad_mask([20, 0], 20)
+    out = nystrom_attention(q, q, q, num_landmarks=4, mask=mask)
+    assert torch.allclose(out[0], nystrom_attention(q[:1], q[:1], q[:1], num_landmarks=4)[0], atol=1e-6)
+    assert out[1].abs().max() == 0
