@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from nystrom.functional import nystrom_attention, nystrom_attention_materialized, softmax_attention
+from nystrom.functional.linear import linear_attention
 from nystrom.functional.linformer import linformer_attention
 from nystrom.functional.longformer import sliding_window_attention
 from nystrom.functional.performer import orthogonal_random_features, performer_attention
@@ -57,6 +58,7 @@ def _functionals(n: int, d: int):
         ),
         "materialized": lambda q, k, v, m: nystrom_attention_materialized(q, k, v, num_landmarks=8, mask=m),
         "softmax": lambda q, k, v, m: softmax_attention(q, k, v, mask=m),
+        "linear": lambda q, k, v, m: linear_attention(q, k, v, mask=m),
         "linformer": lambda q, k, v, m: linformer_attention(q, k, v, e, e, mask=m),
         "longformer": lambda q, k, v, m: sliding_window_attention(q, k, v, window_size=9, mask=m),
         "performer": lambda q, k, v, m: performer_attention(q, k, v, w, mask=m),
