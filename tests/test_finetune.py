@@ -24,7 +24,7 @@ def setup(tmp_path_factory):
     NystromformerConfig.preset(
         "bert-small", vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=64, max_position_embeddings=128, classifier_hidden=32,
-    ).save(root / "tiny.json")  # fmt: skip
+    ).to_json_file(root / "tiny.json")  # fmt: skip
     return root
 
 
@@ -116,6 +116,12 @@ def test_finetune_sst2_writes_predictions(setup, tmp_path):
     gold = load_glue_file(GLUE, "sst2", "dev.tsv", labelled=True).labels
     assert res["dev"]["accuracy"] == sum(int(r[1]) == g for r, g in zip(dev, gold)) / 4
     assert len(res["loop"]) and (tmp_path / "metrics.jsonl").is_file()
+    # the output folder is a transformers model with its tokenizer: a pipeline gives the dev predictions
+    import transformers
+
+    clf = transformers.pipeline("text-classification", model=str(tmp_path / "model"))
+    texts = load_glue_file(GLUE, "sst2", "dev.tsv", labelled=True).text_a
+    assert [p["label"] for p in clf(texts)] == [r[1] for r in dev]
 
 
 def test_finetune_mrpc_f1_and_mnli_two_dev_sets(setup, tmp_path):

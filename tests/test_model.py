@@ -1,4 +1,4 @@
-"""Model-level behaviour: config/presets, heads, masking, position table, native checkpoints."""
+"""Model-level behaviour: config/presets, heads, masking, position table, old checkpoints."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from nystrom.model import (
     NystromformerForPreTraining,
     NystromformerForSequenceClassification,
     NystromformerModel,
-    load_checkpoint,
+    convert_legacy_checkpoint,
 )
 
 
@@ -74,16 +74,36 @@ def test_config_validation(kwargs, match):
         NystromformerConfig.preset("bert-huge")
 
 
-def test_config_json_round_trip_and_strict_keys(tmp_path):
+def test_config_json_round_trip(tmp_path):
     cfg = small(attention={"name": "nystrom", "num_landmarks": 8, "pinv_init": "original"})
-    cfg.save(tmp_path / "c.json")
-    assert NystromformerConfig.load(tmp_path / "c.json") == cfg
-    data = cfg.to_dict()
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['extra'\]"):
-        NystromformerConfig.from_dict({**data, "extra": 1})
-    data.pop("vocab_size")
-    with pytest.raises(ValueError, match=r"missing key\(s\) \['vocab_size'\]"):
-        NystromformerConfig.from_dict(data)
+    cfg.save_pretrained(tmp_path)
+    back = NystromformerConfig.from_pretrained(tmp_path)
+    assert back.definition() == cfg.definition() and back.attention == cfg.attention
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "nystrom-nystromformer"
+    assert cfg.replace(num_labels=5).num_labels == 5 and cfg.replace(hidden_dropout_prob=0.3).dropout == 0.3
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("hidden_size", True, "hidden_size must be an int"),
+        ("num_hidden_layers", 2.0, "num_hidden_layers must be an int"),
+        ("pad_token_id", False, "pad_token_id must be None or an int"),
+        ("dropout", True, "dropout must be a float"),
+        ("layer_norm_eps", float("nan"), "layer_norm_eps must be a positive float"),
+        ("qkv_bias", 1, "qkv_bias must be a bool"),
+        ("classifier_act", "tanh", "classifier_act must be one of"),
+    ],
+)
+def test_config_types_bools_are_not_ints(field, value, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        NystromformerConfig.preset("lra", **{field: value})
+
+
+def test_config_refuses_attention_probability_dropout():
+    with pytest.raises(ValueError, match="attention_probs_dropout_prob is not supported"):
+        NystromformerConfig(attention_probs_dropout_prob=0.1)
+    assert NystromformerConfig(attention_probs_dropout_prob=0.0).dropout == 0.1
 
 
 @pytest.mark.parametrize(
@@ -120,8 +140,8 @@ def test_pooling_modes_mask_padding():
     for pooling in ("mean", "cls", "mean_with_padding"):
         model = NystromformerForSequenceClassification(small(attention="softmax", pooling=pooling)).eval()
         with torch.no_grad():
-            out = model(ids, attention_mask=mask)
-            h = out.last_hidden_state
+            out = model(ids, attention_mask=mask, output_hidden_states=True)
+            h = out.hidden_states[-1]
             feats = {
                 "mean": h[1, :5].mean(0),
                 "cls": h[1, 0],
@@ -154,7 +174,10 @@ def test_heads_shapes_and_losses():
     torch.testing.assert_close(out.loss, expected)
     pre = NystromformerForPreTraining(cfg).eval()
     out = pre(ids, labels=labels, sentence_order_label=torch.tensor([0, 1]))
-    assert out.sop_logits.shape == (2, 2) and out.loss.ndim == 0 and out.pooler_output.shape == (2, 32)
+    assert out.sop_logits.shape == (2, 2) and out.loss.ndim == 0 and out.prediction_logits.shape == (2, 16, 40)
+    mlm_only = torch.nn.functional.cross_entropy(out.prediction_logits[:, 3], ids[:, 3])
+    sop = torch.nn.functional.cross_entropy(out.sop_logits, torch.tensor([0, 1]))
+    torch.testing.assert_close(out.loss, mlm_only + sop)
     with pytest.raises(ValueError, match="pooler=True"):
         NystromformerForPreTraining(small())
     # tied decoder: the MLM logits move when the word embeddings move
@@ -177,7 +200,7 @@ def test_dual_model_uses_one_encoder_and_four_features():
         pb = torch.stack([hb[0, :10].mean(0), hb[1].mean(0)])
         expected = model.classifier(torch.cat([pa, pb, pa * pb, pa - pb], -1))
     torch.testing.assert_close(out.logits, expected, rtol=1e-5, atol=1e-6)
-    assert out.last_hidden_state.shape == (2, 20, 64) and out.last_hidden_state_2.shape == (2, 14, 64)
+    assert out.last_hidden_state_1.shape == (2, 20, 64) and out.last_hidden_state_2.shape == (2, 14, 64)
     assert out.loss is not None and out.loss.item() > 0
 
 
@@ -191,7 +214,9 @@ def test_input_validation_errors():
     with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 50\)"):
         model(ids + 100)
     with pytest.raises(ValueError, match="no token-type table"):
-        model(ids, token_type_ids=torch.zeros_like(ids))
+        model(ids, token_type_ids=torch.ones_like(ids))
+    with pytest.raises(ValueError, match="exactly one of input_ids"):
+        model()
     with pytest.raises(ValueError, match=r"resize_position_embeddings\(65\)"):
         model(torch.randint(1, 50, (1, 65)))
 
@@ -210,21 +235,40 @@ def test_resize_position_embeddings_tiles_rows():
     assert model(torch.randint(1, 50, (1, 40))).logits.shape == (1, 3)
 
 
-def test_native_checkpoint_round_trip(tmp_path):
+def _legacy_folder(folder, model):
+    """A folder as nystrom < 0.2 wrote it: {"format": "nystrom", ...} config and the old head key names."""
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    cfg = {k: v for k, v in model.config.definition().items() if k in NystromformerConfig.__dataclass_fields__}
+    for k in ("classifier_act", "classifier_dropout", "position_offset", "hf_config", "tie_word_embeddings",
+              "chunk_size_feed_forward", "is_encoder_decoder", "id2label", "label2id", "problem_type"):
+        cfg.pop(k, None)
+    cfg.update(num_labels=model.config.num_labels)
+    meta = {"format": "nystrom", "architecture": type(model).__name__, "config": cfg}
+    (folder / "config.json").write_text(json.dumps(meta))
+    state = {k.replace("classifier.out_proj.", "classifier.out."): v.contiguous()
+             for k, v in model.state_dict().items()}
+    save_file(state, str(folder / "model.safetensors"))
+
+
+def test_old_folders_fail_with_a_conversion_hint_and_convert(tmp_path):
+    import transformers
+
     torch.manual_seed(0)
     model = NystromformerForSequenceClassification(
-        small(attention={"name": "nystrom", "num_landmarks": 4})
+        small(attention={"name": "nystrom", "num_landmarks": 4}, classifier_dropout=0.0)
     ).eval()
-    model.save_pretrained(tmp_path / "ck")
-    loaded = load_checkpoint(tmp_path / "ck")
-    assert type(loaded) is NystromformerForSequenceClassification and loaded.config == model.config
+    _legacy_folder(tmp_path / "old", model)
+    with pytest.raises(ValueError, match="convert_legacy_checkpoint"):
+        NystromformerForSequenceClassification.from_pretrained(tmp_path / "old")
+    convert_legacy_checkpoint(tmp_path / "old", tmp_path / "new")
+    loaded = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "new").eval()
+    assert type(loaded) is NystromformerForSequenceClassification
     ids = torch.randint(1, 50, (2, 30))
     torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=0)
-    meta = json.loads((tmp_path / "ck" / "config.json").read_text())
-    meta["architecture"] = "NystromformerForMaskedLM"
-    (tmp_path / "ck" / "config.json").write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=r"missing keys: .*lm_head.*unexpected keys: classifier"):
-        load_checkpoint(tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="not an old nystrom checkpoint"):
+        convert_legacy_checkpoint(tmp_path / "new", tmp_path / "again")
 
 
 def test_linear_init_follows_the_official_lra_code():
@@ -245,15 +289,11 @@ def test_linear_init_follows_the_official_lra_code():
         NystromformerConfig.preset("lra", linear_init="xavier")
 
 
-def test_configs_saved_before_linear_init_load_with_the_old_behaviour(tmp_path):
-    from nystrom.model import NystromformerConfig
-
-    data = NystromformerConfig.preset("lra").to_dict()
-    del data["linear_init"]
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(data))
-    assert NystromformerConfig.load(path).linear_init == "normal"
-    data["bogus"] = 1
-    path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match="bogus"):
-        NystromformerConfig.load(path)
+def test_old_configs_without_linear_init_keep_the_old_behaviour(tmp_path):
+    model = NystromformerModel(small(attention="softmax", linear_init="normal"))
+    _legacy_folder(tmp_path / "old", model)
+    meta = json.loads((tmp_path / "old" / "config.json").read_text())
+    del meta["config"]["linear_init"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(meta))
+    convert_legacy_checkpoint(tmp_path / "old", tmp_path / "new")
+    assert NystromformerConfig.from_pretrained(tmp_path / "new").linear_init == "normal"

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 
 from nystrom.data.text import train_wordpiece
-from nystrom.model import NystromformerConfig, NystromformerForPreTraining, load_checkpoint
+from nystrom.model import NystromformerConfig, NystromformerForPreTraining
 from nystrom.tasks.pretrain import PretrainRun, build_model, run_pretrain
 from nystrom.tasks.pretrain_compare import compare_runs
 from nystrom.tasks.text_commands import main
@@ -31,7 +31,7 @@ def setup(tmp_path_factory):
         "bert-small", vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
         intermediate_size=128, max_position_embeddings=64, classifier_hidden=64,
     )  # fmt: skip
-    cfg.save(root / "tiny.json")
+    cfg.to_json_file(root / "tiny.json")
     return root
 
 
@@ -70,9 +70,12 @@ def test_pretraining_loss_falls_and_writes_a_loadable_model(setup, tmp_path):
     assert [r["step"] for r in dev] == [20, 40]
     assert all(0 <= r[k] <= 1 for r in dev for k in ("mlm_accuracy", "sop_accuracy"))
     assert dev[-1]["mlm_loss"] + dev[-1]["sop_loss"] == pytest.approx(dev[-1]["loss"], rel=1e-5)
-    model = load_checkpoint(out / "model")
+    import transformers
+
+    model = transformers.AutoModelForPreTraining.from_pretrained(out / "model")
     assert isinstance(model, NystromformerForPreTraining) and model.config.attention["num_landmarks"] == 8
-    assert (out / "model" / "tokenizer.json").is_file()
+    fill = transformers.pipeline("fill-mask", model=str(out / "model"))
+    assert len(fill(f"the {fill.tokenizer.mask_token} is")) == 5
     res = json.loads((out / "results.json").read_text())
     assert res["metric"] == "mlm_accuracy" and res["best_dev"] == max(r["mlm_accuracy"] for r in dev)
 

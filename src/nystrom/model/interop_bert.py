@@ -13,11 +13,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from nystrom.model.checkpoint import CheckpointError, read_json, read_weights
-from nystrom.model.config import ACTIVATIONS, NystromformerConfig, normalize_attention
-from nystrom.model.encoder import NystromformerModel, NystromformerPreTrainedModel
-from nystrom.model.heads import NystromformerForMaskedLM, NystromformerForPreTraining
-from nystrom.model.interop_keys import load_bertlike
+from nystrom.model.configuration_nystromformer import ACTIVATIONS, NystromformerConfig, normalize_attention
+from nystrom.model.interop_keys import check_source_config, load_bertlike
+from nystrom.model.modeling_heads import NystromformerForMaskedLM, NystromformerForPreTraining
+from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
+from nystrom.model.weights import CheckpointError, read_json, read_weights
 
 #: the default attention of :func:`from_bert`: Nyström, 64 landmarks, no conv skip (BERT has none)
 DEFAULT_BERT_ATTENTION: dict[str, Any] = {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": None}
@@ -58,27 +58,20 @@ def config_from_bert(
     if act not in ACTIVATIONS:
         raise CheckpointError(f"{source}: hidden_act {act!r} is not supported; expected one of {ACTIVATIONS}")
     pad = bert.get("pad_token_id", 0)
-    return NystromformerConfig(
-        vocab_size=bert["vocab_size"],
-        hidden_size=bert["hidden_size"],
-        num_hidden_layers=bert["num_hidden_layers"],
-        num_attention_heads=bert["num_attention_heads"],
-        intermediate_size=bert["intermediate_size"],
-        max_position_embeddings=bert.get("max_position_embeddings", 512),
-        type_vocab_size=bert.get("type_vocab_size", 2),
-        pad_token_id=pad if isinstance(pad, int) and 0 <= pad < bert["vocab_size"] else None,
-        hidden_act=act,
-        norm_position="post",
-        embedding_norm=True,
-        final_norm=False,
-        layer_norm_eps=float(bert.get("layer_norm_eps", 1e-12)),
-        dropout=float(bert.get("hidden_dropout_prob", 0.1)),
-        attention=attention,
-        pooler=pooler,
-        pooling="pooler" if pooler else "cls",
-        classifier_hidden=bert["hidden_size"],
-        initializer_range=float(bert.get("initializer_range", 0.02)),
-    )
+    try:
+        return NystromformerConfig(
+            vocab_size=bert["vocab_size"], hidden_size=bert["hidden_size"],
+            num_hidden_layers=bert["num_hidden_layers"], num_attention_heads=bert["num_attention_heads"],
+            intermediate_size=bert["intermediate_size"], max_position_embeddings=bert.get("max_position_embeddings", 512),
+            type_vocab_size=bert.get("type_vocab_size", 2),
+            pad_token_id=pad if isinstance(pad, int) and 0 <= pad < bert["vocab_size"] else None,
+            hidden_act=act, norm_position="post", embedding_norm=True, final_norm=False,
+            layer_norm_eps=float(bert.get("layer_norm_eps", 1e-12)), dropout=bert.get("hidden_dropout_prob", 0.1),
+            attention=attention, pooler=pooler, pooling="pooler" if pooler else "cls",
+            initializer_range=float(bert.get("initializer_range", 0.02)),
+        )  # fmt: skip
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{source}: {err}") from err
 
 
 def from_bert(
@@ -99,6 +92,7 @@ def from_bert(
             f"{folder / 'config.json'}: model_type is {bert.get('model_type')!r}, expected 'bert'"
         )
     state = read_weights(folder)
+    check_source_config(bert, state, prefix="bert.", position_offset=0, source=str(folder / "config.json"))
     spec = normalize_attention(DEFAULT_BERT_ATTENTION if attention is None else attention)
     prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
     pooler = prefix + "pooler.dense.weight" in state
@@ -111,7 +105,5 @@ def from_bert(
     else:
         cls = NystromformerModel
     model = cls(config)
-    load_bertlike(
-        model, state, base_prefix="bert.", position_offset=0, zero_missing_conv=True, source=str(folder)
-    )
+    load_bertlike(model, state, base_prefix="bert.", zero_missing_conv=True, source=str(folder))
     return model.eval()

@@ -4,9 +4,9 @@ Legend: e hidden size, h heads, d head dim, p position rows.
 
 Our keys map to HF's by regular-expression rules (``BASE_RULES`` for the encoder, ``HEAD_RULES`` for
 the heads); kind ``"qkv"`` joins HF's separate query/key/value into our fused ``qkv`` (rows in that
-order), ``"pos"`` drops the rows HF Nystromformer reserves before position ``HF_POSITION_OFFSET``,
-``"conv"`` is the attention's depthwise conv (absent from BERT). Used by :mod:`nystrom.model.interop_hf`
-(both directions) and :mod:`nystrom.model.interop_bert` (import).
+order), ``"tied"`` is the MLM decoder tied to the word embeddings, ``"conv"`` is the attention's depthwise conv (absent from BERT). Used by :mod:`nystrom.model.interop_hf`
+(both directions) and :mod:`nystrom.model.interop_bert` (import). :func:`check_source_config` checks a
+source ``config.json`` against its tensors before any model is allocated.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ import re
 
 import torch
 
-from nystrom.model.checkpoint import CheckpointError, _names, copy_checked
-from nystrom.model.encoder import NystromformerModel, NystromformerPreTrainedModel
+from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
+from nystrom.model.weights import CheckpointError, _names, copy_checked
 
-HF_POSITION_OFFSET = 2
+HF_POSITION_OFFSET = 2  # transformers' Nystromformer starts position ids at 2
 _L = r"encoder\.layers\.(\d+)\."
 _H = r"encoder.layer.\1."
 # (our key relative to the encoder, source key template, kind); kind "qkv" expands to query/key/value
 BASE_RULES: list[tuple[str, str, str]] = [
     (r"embeddings\.word_embeddings\.weight", "embeddings.word_embeddings.weight", "copy"),
-    (r"embeddings\.position_embeddings\.weight", "embeddings.position_embeddings.weight", "pos"),
+    (r"embeddings\.position_embeddings\.weight", "embeddings.position_embeddings.weight", "copy"),
     (r"embeddings\.token_type_embeddings\.weight", "embeddings.token_type_embeddings.weight", "copy"),
     (r"embeddings\.norm\.(weight|bias)", r"embeddings.LayerNorm.\1", "copy"),
     (_L + r"attention\.qkv\.(weight|bias)", _H + r"attention.self.{}.\2", "qkv"),
@@ -39,9 +39,10 @@ BASE_RULES: list[tuple[str, str, str]] = [
 HEAD_RULES: list[tuple[str, str, str]] = [
     (r"lm_head\.dense\.(weight|bias)", r"cls.predictions.transform.dense.\1", "copy"),
     (r"lm_head\.norm\.(weight|bias)", r"cls.predictions.transform.LayerNorm.\1", "copy"),
-    (r"lm_head\.bias", "cls.predictions.bias", "copy"),
+    (r"lm_head\.decoder\.bias", "cls.predictions.bias", "copy"),
+    (r"lm_head\.decoder\.weight", "cls.predictions.decoder.weight", "tied"),  # = the word embeddings
     (r"sop_head\.(weight|bias)", r"cls.seq_relationship.\1", "copy"),
-    (r"classifier\.(.+)", r"classifier.\1", "copy"),
+    (r"(classifier|pre_classifier|qa_outputs)\.(.+)", r"\1.\2", "copy"),
 ]
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 
@@ -79,7 +80,6 @@ def load_bertlike(
     state: dict[str, torch.Tensor],
     *,
     base_prefix: str,
-    position_offset: int,
     zero_missing_conv: bool,
     source: str,
 ) -> None:
@@ -89,7 +89,9 @@ def load_bertlike(
     own = model.state_dict()
     out, used, missing, shapes = {}, set(), [], []
     for key, (names, kind) in _plan(model, prefix).items():
-        if key.endswith("lm_head.bias") and names[0] not in state and "cls.predictions.decoder.bias" in state:
+        if kind == "tied":
+            continue  # filled below from the word embeddings it is tied to
+        if key.endswith("lm_head.decoder.bias") and names[0] not in state and "cls.predictions.decoder.bias" in state:
             names = ["cls.predictions.decoder.bias"]  # older checkpoints store the bias only on the decoder
         absent = [n for n in names if n not in state]
         if absent:
@@ -101,13 +103,15 @@ def load_bertlike(
         used.update(names)
         tensors = [state[n] for n in names]
         t = torch.cat(tensors, 0) if kind == "qkv" else tensors[0]  # qkv: (3·h·d, e)
-        if kind == "pos":
-            t = t[position_offset:]  # (p, e): drop the rows HF reserves before position 2
         if t.shape != own[key].shape:
             shapes.append(
                 f"{'+'.join(names)} -> {key}: checkpoint {tuple(t.shape)} vs model {tuple(own[key].shape)}"
             )
         out[key] = t
+    for key, (_, kind) in _plan(model, prefix).items():
+        word = ("" if isinstance(model, NystromformerModel) else "nystromformer.") + "embeddings.word_embeddings.weight"
+        if kind == "tied" and word in out:
+            out[key] = out[word]
     unexpected = []
     for name in sorted(set(state) - used):
         if name.endswith(_BUFFERS) or name == "cls.predictions.decoder.bias":
@@ -120,3 +124,48 @@ def load_bertlike(
             continue  # an all-zero conv adds nothing: dropping it is exact (to_hf writes one for no-conv models)
         unexpected.append(name)
     copy_checked(model, out, missing=missing, unexpected=unexpected, shapes=shapes, source=source)
+
+
+_INT_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+             "max_position_embeddings", "type_vocab_size")  # fmt: skip
+
+
+def check_source_config(
+    cfg: dict, state: dict[str, torch.Tensor], *, prefix: str, position_offset: int, source: str
+) -> None:
+    """Types of a BERT/HF Nystromformer ``config.json`` and its sizes against the tensors, before building a
+    model of that size (a config asking for 10¹² positions is refused, not allocated). Raises
+    :class:`CheckpointError` naming each problem."""
+    problems = []
+    for key in _INT_KEYS:
+        val = cfg.get(key)
+        if key in cfg and (not isinstance(val, int) or isinstance(val, bool) or val < 0):
+            problems.append(f"{key} must be a non-negative int, got {val!r}")
+    for key in ("layer_norm_eps", "initializer_range", "hidden_dropout_prob"):
+        val = cfg.get(key)
+        if key in cfg and (not isinstance(val, (int, float)) or isinstance(val, bool)):
+            problems.append(f"{key} must be a number, got {val!r}")
+    if problems:
+        raise CheckpointError(f"{source}: " + "; ".join(problems))
+    p = prefix if any(k.startswith(prefix) for k in state) else ""
+    want = {  # tensor -> (dim, config key, expected size)
+        "embeddings.word_embeddings.weight": [(0, "vocab_size", 0), (1, "hidden_size", 0)],
+        "embeddings.position_embeddings.weight": [(0, "max_position_embeddings", position_offset)],
+        "embeddings.token_type_embeddings.weight": [(0, "type_vocab_size", 0)],
+        "encoder.layer.0.intermediate.dense.weight": [(0, "intermediate_size", 0)],
+    }
+    for name, checks in want.items():
+        t = state.get(p + name)
+        if t is None and any(cfg.get(key) for _, key, _ in checks):
+            problems.append(f"no tensor {p + name} for {', '.join(key for _, key, _ in checks)}")
+        for dim, key, extra in checks:
+            if t is not None and key in cfg and (t.dim() <= dim or t.shape[dim] != cfg[key] + extra):
+                problems.append(
+                    f"{key}={cfg[key]} but {p + name} has shape {tuple(t.shape)}"
+                    + (f" (expected {cfg[key] + extra} rows: {extra} reserved + {key})" if extra else "")
+                )
+    layers = {int(m.group(1)) for k in state if (m := re.match(re.escape(p) + r"encoder\.layer\.(\d+)\.", k))}
+    if "num_hidden_layers" in cfg and layers != set(range(cfg["num_hidden_layers"])):
+        problems.append(f"num_hidden_layers={cfg['num_hidden_layers']} but the weights hold layers {sorted(layers)[:8]}")
+    if problems:
+        raise CheckpointError(f"{source} does not match its weights: " + "; ".join(problems))

@@ -12,7 +12,6 @@ submission format), with accuracy and, for MRPC/QQP, F1 of the positive class.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -31,9 +30,16 @@ from nystrom.data.glue import (
     load_task,
 )
 from nystrom.data.text import TextTokenizer, load_tokenizer
-from nystrom.model import NystromformerConfig, NystromformerForSequenceClassification
+from nystrom.model import NystromformerForSequenceClassification
 from nystrom.tasks.pretrain import check_eval_batches
-from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_source, parse_attention, transfer
+from nystrom.tasks.text_models import (
+    PAPER_CONV_KERNEL,
+    load_config,
+    load_source,
+    parse_attention,
+    save_model_folder,
+    transfer,
+)
 from nystrom.training import Task, TrainConfig, train
 from nystrom.training.preflight import check_split
 
@@ -148,26 +154,22 @@ def build_model(
         if run.model is None:
             raise ValueError("give --init-from-bert, --from-hf, --from-pretrain or --model (a fresh model)")
         source, beside = None, None
-        cfg = (NystromformerConfig.load(run.model) if Path(run.model).suffix == ".json"
-               else NystromformerConfig.preset(run.model))  # fmt: skip
+        cfg = load_config(run.model)
         if spec is not None:
-            cfg = dataclasses.replace(cfg, attention=spec)
+            cfg = cfg.replace(attention=spec)
     tok_path = run.tokenizer or beside
     if tok_path is None:
         raise ValueError("no tokenizer.json beside the initialisation: give --tokenizer PATH")
     tok = load_tokenizer(tok_path)
     if source is None:
-        cfg = dataclasses.replace(
-            cfg, vocab_size=max(cfg.vocab_size, tok.vocab_size), pad_token_id=tok.pad_id
-        )
+        cfg = cfg.replace(vocab_size=max(cfg.vocab_size, tok.vocab_size), pad_token_id=tok.pad_id)
     elif tok.vocab_size > cfg.vocab_size:
         raise ValueError(f"tokenizer {tok.path} has {tok.vocab_size} ids but the model only {cfg.vocab_size}")
     if run.length() > cfg.max_position_embeddings:
         raise ValueError(
             f"--max-length {run.length()} exceeds the model's {cfg.max_position_embeddings} positions"
         )
-    cfg = dataclasses.replace(
-        cfg,
+    cfg = cfg.replace(
         num_labels=num_labels,
         pooling="pooler" if cfg.pooler else "cls",
         classifier_hidden=cfg.hidden_size,
@@ -229,13 +231,16 @@ def _split_name(ex: Examples) -> str:
 
 
 def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
-    """Fine-tune and predict; writes ``out/{finetune_results.json, predictions_*.tsv, metrics.jsonl, ...}``.
+    """Fine-tune and predict; writes ``out/{finetune_results.json, predictions_*.tsv, metrics.jsonl, ...}`` and
+    ``out/model/``: the best-dev classifier with its tokenizer and label names, a transformers folder.
 
     Returns ``{split: {"accuracy", ["f1"], "examples"}}`` for the dev splits (and ``"loop"``: the loop's results).
     """
     splits = load_task(run.data, run.task)
     label_names = splits["train"][0].label_names
     model, tok = build_model(run, len(label_names))
+    model.config.id2label = dict(enumerate(label_names))  # pipelines report these names
+    model.config.label2id = {name: i for i, name in enumerate(label_names)}
     p = PRESETS[run.preset]
     n_train = run.max_train_examples or p.max_train_examples
     n_eval = run.max_eval_examples or p.max_eval_examples
@@ -260,6 +265,7 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     if (dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))) != 0:
         return {"loop": loop_results}
     results: dict = {"loop": loop_results}
+    save_model_folder(model, tok.path, run.out / "model")  # the best-dev weights (the loop reloaded them)
     for data in devs + tests:
         preds = predict(model, data, pad_id=pad, batch_size=cfg.batch_size, bf16=run.bf16)
         name = _split_name(data.examples)

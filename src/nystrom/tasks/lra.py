@@ -279,7 +279,7 @@ def run_lra(run: LRARun, *, progress: bool = True) -> dict:
         "data": str(Path(run.data).resolve()) if run.data is not None else None,
         "pool_padding": run.pool_padding,
         "listops_sizes": list(run.listops_sizes) if run.listops_sizes else None,
-        "model_config": task.model.config.to_dict(),
+        "model_config": task.model.config.definition(),
     }
     _check_same_run(out, record)
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))

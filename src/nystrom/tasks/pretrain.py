@@ -16,7 +16,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +28,14 @@ from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer, 
 from nystrom.data.text_corpus import resolve_corpus
 from nystrom.data.text_pretrain import SHORT_SEQ_PROB, PretrainingDataset, collate_pretraining
 from nystrom.model import NystromformerConfig, NystromformerForPreTraining
-from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_source, parse_attention, transfer
+from nystrom.tasks.text_models import (
+    PAPER_CONV_KERNEL,
+    load_config,
+    load_source,
+    parse_attention,
+    save_model_folder,
+    transfer,
+)
 from nystrom.training import Task, TrainConfig, train
 
 WARMUP_FRACTION = 10_000 / 500_000  # the paper's 10k warm-up steps of 0.5M
@@ -131,8 +137,7 @@ class PreTrainingObjective(nn.Module):
         base = self.model.nystromformer
         out = base(input_ids, attention_mask, token_type_ids)  # hidden (b, L, e), pooled (b, e)
         sel = labels != -100  # (b, L)
-        word = base.embeddings.word_embeddings.weight  # (v, e)
-        logits = self.model.lm_head(out.last_hidden_state[sel], word)  # (k, v)
+        logits = self.model.lm_head(out.last_hidden_state[sel])  # (k, v)
         target = labels[sel]  # (k,)
         token_loss = F.cross_entropy(logits.float(), target, reduction="none")  # (k,)
         per_example = torch.zeros(len(labels), device=labels.device).index_add_(
@@ -196,16 +201,16 @@ def build_model(run: PretrainRun) -> tuple[NystromformerForPreTraining, Path | N
     torch.manual_seed(run.seed)
     if run.init_from_bert:
         source, tok = load_source(init_from_bert=run.init_from_bert, attention=spec)
-        cfg = dataclasses.replace(source.config, pooler=True, pooling="pooler")
+        cfg = source.config.replace(pooler=True, pooling="pooler")
     else:
         source, tok = None, None
         if Path(run.model).suffix == ".json":
-            cfg = dataclasses.replace(NystromformerConfig.load(run.model), attention=spec)
+            cfg = load_config(run.model).replace(attention=spec)
         else:
             cfg = NystromformerConfig.preset(run.model, attention=spec)
-        cfg = dataclasses.replace(cfg, max_position_embeddings=max(cfg.max_position_embeddings, run.length()))
+        cfg = cfg.replace(max_position_embeddings=max(cfg.max_position_embeddings, run.length()))
     if run.dropout is not None:
-        cfg = dataclasses.replace(cfg, dropout=run.dropout)
+        cfg = cfg.replace(dropout=run.dropout)
     if source is not None:
         return transfer(source, NystromformerForPreTraining, cfg), tok
     return NystromformerForPreTraining(cfg), tok
@@ -224,7 +229,7 @@ def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
             )
         torch.manual_seed(run.seed)  # a fresh preset model takes the tokenizer's vocabulary
         model = NystromformerForPreTraining(
-            dataclasses.replace(cfg, vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
+            cfg.replace(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
         )
     if run.length() > model.config.max_position_embeddings:
         raise ValueError(
@@ -247,12 +252,13 @@ def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
 
 def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     """Train; writes ``out/{pretrain_run.json, metrics.jsonl, results.json, curves.png}`` and the best
-    (dev MLM accuracy) weights as a native checkpoint ``out/model/`` with its ``tokenizer.json``."""
+    (dev MLM accuracy) weights as a transformers folder ``out/model/`` (``NystromformerForPreTraining``, loads
+    with ``AutoModelForPreTraining``/``AutoModelForMaskedLM``) with its tokenizer."""
     task, tok = make_task(run)
     record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(run).items()}
     record["corpus"] = list(run.corpus)
     record.pop("out")
-    record.update(model_config=task.model.model.config.to_dict(), tokenizer_file=str(tok.path))
+    record.update(model_config=task.model.model.config.definition(), tokenizer_file=str(tok.path))
     path = run.out / "pretrain_run.json"
     if path.exists() and json.loads(path.read_text()) != record:
         raise ValueError(f"{run.out} holds a run with other options; use another --out or the same options")
@@ -266,7 +272,6 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     results = train(task, cfg, run.out, progress=progress)
     results.update(train_examples=len(task.train), dev_examples=len(task.dev))
     if _rank() == 0:
-        task.model.model.save_pretrained(run.out / "model")
-        shutil.copyfile(tok.path, run.out / "model" / "tokenizer.json")
+        save_model_folder(task.model.model, tok.path, run.out / "model")
         (run.out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     return results

@@ -1,12 +1,12 @@
 """Model sources shared by ``nystrom pretrain`` and ``nystrom finetune``: attention specs, BERT / HF /
-pre-training-run initialisation, and moving an encoder (and matching heads) into a new head class.
+pre-training-run initialisation, moving an encoder (and matching heads) into a new head class, and the
+transformers folder (model + tokenizer) each run writes.
 
 Legend: e hidden size, v vocabulary, c classes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -15,12 +15,13 @@ import torch
 from torch import nn
 
 from nystrom.model import (
+    MODEL_CLASSES,
     NystromformerConfig,
     NystromformerPreTrainedModel,
     from_bert,
     from_hf,
-    load_checkpoint,
     minilm_path,
+    save_tokenizer,
 )
 
 #: conv skip kernel of the paper's BERT-size models (the released HF checkpoints use 65)
@@ -59,6 +60,30 @@ def parse_attention(
     return out
 
 
+def load_config(model: str) -> NystromformerConfig:
+    """``--model``: a preset name (``bert-small``, ``bert-base``, ``lra``) or a config.json path."""
+    if Path(model).suffix == ".json":
+        if not Path(model).is_file():
+            raise FileNotFoundError(f"--model {model}: no such config file")
+        return NystromformerConfig.from_json_file(model)
+    return NystromformerConfig.preset(model)
+
+
+def load_folder(folder: Path) -> NystromformerPreTrainedModel:
+    """A folder written by ``save_pretrained`` as the class that wrote it (``config.architectures``)."""
+    config = NystromformerConfig.from_pretrained(folder)
+    arch = (config.architectures or ["NystromformerModel"])[0]
+    if arch not in MODEL_CLASSES:
+        raise ValueError(f"{folder}/config.json: architecture {arch!r} is not one of {sorted(MODEL_CLASSES)}")
+    return MODEL_CLASSES[arch].from_pretrained(folder, config=config)
+
+
+def save_model_folder(model: NystromformerPreTrainedModel, tokenizer: Path, folder: Path) -> None:
+    """``model.save_pretrained(folder)`` plus its tokenizer, so AutoModel*/AutoTokenizer/pipeline load it."""
+    model.save_pretrained(folder)
+    save_tokenizer(tokenizer, folder, model_max_length=model.config.max_position_embeddings)
+
+
 def bert_folder(value: str) -> Path:
     """``--init-from-bert`` value: ``minilm`` = the bundled all-MiniLM-L6-v2, else a BERT folder."""
     return minilm_path() if value == "minilm" else Path(value)
@@ -90,9 +115,9 @@ def load_source(
                 f"--from-pretrain {from_pretrain}: no {folder}/config.json; expected the output folder of a"
                 " finished `nystrom pretrain` run"
             )
-        model = load_checkpoint(folder)
+        model = load_folder(folder)
         if attention is not None and attention != model.config.attention:
-            model = transfer(model, type(model), dataclasses.replace(model.config, attention=attention))
+            model = transfer(model, type(model), model.config.replace(attention=attention))
     else:
         raise ValueError("no initialisation given")
     tok = folder / "tokenizer.json"

@@ -1,8 +1,8 @@
-"""Reading and writing weight files safely, strict state-dict matching, and the native checkpoint format.
+"""Reading other libraries' checkpoint folders (HF Nystromformer, BERT) safely, for the interop converters.
 
 Weights are read with ``safetensors`` or ``torch.load(weights_only=True)`` only: no arbitrary unpickling.
-A native checkpoint folder holds ``config.json`` ``{"format": "nystrom", "architecture": <class>,
-"config": {...}}`` and ``model.safetensors`` with our own parameter names.
+Shard indexes may only name files inside their folder. Our own folders are read by transformers'
+``from_pretrained``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
-NATIVE_FORMAT = "nystrom"
 _SHOW = 12  # how many names an error message lists before summarising
 
 
@@ -40,14 +39,30 @@ def weight_files(folder: str | Path) -> list[Path]:
         if (folder / single).is_file():
             return [folder / single]
         if (folder / index).is_file():
-            try:
-                weight_map = json.loads((folder / index).read_text())["weight_map"]
-            except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise CheckpointError(f"{folder / index}: not a valid shard index ({err})") from err
-            return [folder / name for name in sorted(set(weight_map.values()))]
+            return _shards(folder, index)
     raise CheckpointError(
         f"no weights in {folder}: expected model.safetensors or pytorch_model.bin (or a sharded *.index.json)"
     )
+
+
+def _shards(folder: Path, index: str) -> list[Path]:
+    """The shard files an index names; each must be a plain file name inside ``folder``."""
+    try:
+        weight_map = json.loads((folder / index).read_text())["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as err:
+        raise CheckpointError(f"{folder / index}: not a valid shard index ({err})") from err
+    shards = []
+    for name in names:
+        # lexical check: HF cache folders hold symlinks into a blob store, so resolving would be wrong
+        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name or "\\" in name:
+            raise CheckpointError(
+                f"{folder / index}: weight_map names {name!r}, which is not a file inside {folder};"
+                " shard names must be plain file names in the checkpoint folder"
+            )
+        path = folder / name
+        shards.append(path)
+    return shards
 
 
 def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
@@ -67,19 +82,6 @@ def read_weights(folder: str | Path) -> dict[str, torch.Tensor]:
             raise CheckpointError(f"{path} does not hold a flat name -> tensor state dict")
         state.update(part)
     return state
-
-
-def load_strict(model: nn.Module, state: dict[str, torch.Tensor], *, source: str) -> None:
-    """Copy ``state`` into ``model``; any missing/unexpected key or shape mismatch is one clear error."""
-    own = model.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shapes = [
-        f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
-        for k in sorted(set(own) & set(state))
-        if state[k].shape != own[k].shape
-    ]
-    copy_checked(model, state, missing=missing, unexpected=unexpected, shapes=shapes, source=source)
 
 
 def copy_checked(
@@ -118,36 +120,3 @@ def read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data
-
-
-def save_checkpoint(model: nn.Module, path: str | Path) -> None:
-    """Write ``model`` (any Nystromformer* class) as a native checkpoint folder ``path``."""
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    meta = {"format": NATIVE_FORMAT, "architecture": type(model).__name__, "config": model.config.to_dict()}
-    (folder / "config.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
-
-
-def load_checkpoint(path: str | Path) -> nn.Module:
-    """Load a folder written by :func:`save_checkpoint`; returns the saved class, in eval mode."""
-    from nystrom.model.config import NystromformerConfig
-    from nystrom.model.heads import MODEL_CLASSES
-
-    folder = Path(path)
-    meta = read_json(folder / "config.json")
-    if meta.get("format") != NATIVE_FORMAT:
-        raise CheckpointError(
-            f'{folder / "config.json"} is not a native nystrom checkpoint (no "format": "nystrom");'
-            " for HuggingFace folders use nystrom.from_hf / nystrom.from_bert"
-        )
-    arch = meta.get("architecture")
-    if arch not in MODEL_CLASSES:
-        raise CheckpointError(
-            f"{folder / 'config.json'}: architecture must be one of {sorted(MODEL_CLASSES)}, got {arch!r}"
-        )
-    config = NystromformerConfig.from_dict(meta.get("config"), source=f"{folder / 'config.json'} [config]")
-    model = MODEL_CLASSES[arch](config)
-    load_strict(model, read_weights(folder), source=str(folder))
-    return model.eval()

@@ -1,0 +1,374 @@
+"""Task heads on top of :class:`NystromformerModel`, with transformers' outputs and losses.
+
+Legend: b batch, n tokens, e hidden size, v vocabulary, c classes (labels), k classifier width, r choices.
+
+Every head takes transformers' keywords (``input_ids``, ``attention_mask`` (1 = real token),
+``token_type_ids``, ``position_ids``, ``inputs_embeds``, ``labels``, ``output_attentions``,
+``output_hidden_states``, ``return_dict``) and returns a ``ModelOutput`` with ``loss`` first when labels are
+given; ``return_dict=False`` gives the same fields as a tuple (None fields dropped), as transformers does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils import ModelOutput
+
+from nystrom.functional.dropout import Dropout
+from nystrom.model.configuration_nystromformer import NystromformerConfig
+from nystrom.model.modeling_nystromformer import (
+    NystromformerModel,
+    NystromformerPreTrainedModel,
+    activation,
+    masked_mean,
+)
+
+
+@dataclass
+class NystromformerForPreTrainingOutput(ModelOutput):
+    """``loss`` (MLM + SOP), ``prediction_logits`` (b, n, v), ``sop_logits`` (b, 2), as ALBERT's."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    sop_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class DualSequenceClassifierOutput(ModelOutput):
+    """``loss``, ``logits`` (b, c) and each document's ``last_hidden_state`` (b, n1, e), (b, n2, e)."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    last_hidden_state_1: torch.Tensor | None = None
+    last_hidden_state_2: torch.Tensor | None = None
+
+
+class MLMHead(nn.Module):
+    """HF ``cls.predictions``: dense -> act -> LayerNorm -> decoder (weight tied to the word embeddings).
+
+    ``h`` (b, n, e) -> logits (b, n, v)."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__()
+        self.act = config.hidden_act
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def transform(self, h: torch.Tensor) -> torch.Tensor:
+        return self.norm(activation(self.act, self.dense(h)))  # (b, n, e)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(h))  # (b, n, v)
+
+
+class ClassifierMLP(nn.Module):
+    """dropout -> Linear(in -> k) -> act -> dropout -> Linear(k -> c): (b, in) -> (b, c). With ReLU and no
+    dropout it is the official LRA head; with the encoder's activation, HF's ``classifier.dense/out_proj``."""
+
+    def __init__(self, in_features: int, config: NystromformerConfig) -> None:
+        super().__init__()
+        self.act = config.classifier_act
+        self.dropout = Dropout(config.classifier_dropout_p)
+        self.dense = nn.Linear(in_features, config.classifier_hidden)
+        self.out_proj = nn.Linear(config.classifier_hidden, config.num_labels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(activation(self.act, self.dense(self.dropout(x))))  # (b, k)
+        return self.out_proj(x)  # (b, c)
+
+
+def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over positions whose label is not -100: logits (b, n, v), labels (b, n)."""
+    if tuple(labels.shape) != tuple(logits.shape[:2]):
+        raise ValueError(
+            f"labels must have shape (batch, tokens) = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}"
+        )
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+
+
+def sequence_loss(config: NystromformerConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """transformers' ``problem_type`` rules: regression (MSE) when c == 1, single-label CE for int labels
+    (b,), multi-label BCE-with-logits for float labels (b, c); the inferred type is stored in the config."""
+    b, c = logits.shape
+    if config.problem_type is None:
+        if c == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    want = {"regression": [(b,), (b, 1)], "single_label_classification": [(b,)],
+            "multi_label_classification": [(b, c)]}[config.problem_type]  # fmt: skip
+    if tuple(labels.shape) not in want:
+        raise ValueError(
+            f"labels for {config.problem_type} must have shape {' or '.join(map(str, want))}, got {tuple(labels.shape)}"
+        )
+    if config.problem_type == "regression":
+        return F.mse_loss(logits.float().view(labels.shape), labels.float())
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits.float(), labels.long())
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+def pool(config: NystromformerConfig, out: BaseModelOutputWithPooling, mask: torch.Tensor | None) -> torch.Tensor:
+    """Sequence features (b, e) by ``config.pooling``: first token, mean over real tokens, the official
+    LRA mean (padding zeroed but counted in the denominator), or BERT's tanh pooler."""
+    h = out.last_hidden_state  # (b, n, e)
+    if config.pooling == "cls":
+        return h[:, 0]
+    if config.pooling == "mean":
+        return masked_mean(h, mask)
+    if config.pooling == "mean_with_padding":
+        return h.mean(1) if mask is None else (h * mask.unsqueeze(-1).to(h.dtype)).mean(1)  # (b, e)
+    return out.pooler_output
+
+
+def _finish(output: ModelOutput, return_dict: bool | None, config: NystromformerConfig):
+    return output if (config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
+
+class NystromformerForMaskedLM(NystromformerPreTrainedModel):
+    """Encoder + tied MLM head: ``logits`` (b, n, v); ``labels`` (b, n) with -100 = ignore."""
+
+    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.decoder.weight": "nystromformer.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__(config)
+        self.nystromformer = NystromformerModel(config)
+        self.lm_head = MLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new: nn.Linear) -> None:
+        self.lm_head.decoder = new
+
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+    ) -> MaskedLMOutput | tuple:  # fmt: skip
+        out, _ = self.nystromformer.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )  # fmt: skip
+        logits = self.lm_head(out.last_hidden_state)  # (b, n, v)
+        loss = mlm_loss(logits, labels) if labels is not None else None
+        result = MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+        return _finish(result, return_dict, self.config)
+
+
+class NystromformerForPreTraining(NystromformerForMaskedLM):
+    """MLM + sentence-order prediction (ALBERT/the paper): ``prediction_logits`` (b, n, v), ``sop_logits``
+    (b, 2) from the pooler; ``loss`` = MLM loss + SOP loss when ``labels`` (b, n) and
+    ``sentence_order_label`` (b,) are given (either alone also works)."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        if not config.pooler:
+            raise ValueError("NystromformerForPreTraining needs config.pooler=True (SOP reads the pooled output)")
+        NystromformerPreTrainedModel.__init__(self, config)  # not MaskedLM's: one post_init, at the end
+        self.nystromformer = NystromformerModel(config)
+        self.lm_head = MLMHead(config)
+        self.sop_head = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
+        output_attentions=None, output_hidden_states=None, return_dict=None,
+    ) -> NystromformerForPreTrainingOutput | tuple:  # fmt: skip
+        out, _ = self.nystromformer.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )  # fmt: skip
+        logits = self.lm_head(out.last_hidden_state)  # (b, n, v)
+        sop_logits = self.sop_head(out.pooler_output)  # (b, 2)
+        losses = []
+        if labels is not None:
+            losses.append(mlm_loss(logits, labels))
+        if sentence_order_label is not None:
+            losses.append(F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1)))
+        result = NystromformerForPreTrainingOutput(
+            loss=sum(losses[1:], losses[0]) if losses else None, prediction_logits=logits, sop_logits=sop_logits,
+            hidden_states=out.hidden_states, attentions=out.attentions,
+        )  # fmt: skip
+        return _finish(result, return_dict, self.config)
+
+
+class NystromformerForSequenceClassification(NystromformerPreTrainedModel):
+    """Encoder -> pooling (``config.pooling``) -> :class:`ClassifierMLP`: ``logits`` (b, c). Single texts
+    or pairs (``token_type_ids``); ``labels`` per transformers' ``problem_type`` (see :func:`sequence_loss`)."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__(config)
+        self.nystromformer = NystromformerModel(config)
+        self.classifier = ClassifierMLP(config.hidden_size, config)
+        self.post_init()
+
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+    ) -> SequenceClassifierOutput | tuple:  # fmt: skip
+        out, mask = self.nystromformer.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )  # fmt: skip
+        logits = self.classifier(pool(self.config, out, mask))  # (b, c)
+        loss = sequence_loss(self.config, logits, labels) if labels is not None else None
+        result = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return _finish(result, return_dict, self.config)
+
+
+class NystromformerForDualSequenceClassification(NystromformerPreTrainedModel):
+    """LRA retrieval two-tower: one shared encoder embeds both documents (pooled a, b each (b, e)), the
+    classifier reads [a, b, a·b, a−b] (b, 4e) -> ``logits`` (b, c)."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__(config)
+        self.nystromformer = NystromformerModel(config)
+        self.classifier = ClassifierMLP(4 * config.hidden_size, config)
+        self.post_init()
+
+    def _embed(self, ids, mask, types) -> tuple[torch.Tensor, torch.Tensor]:
+        out, kpm = self.nystromformer.encode(ids, mask, types)
+        return out.last_hidden_state, pool(self.config, out, kpm)  # (b, n, e), (b, e)
+
+    def forward(
+        self,
+        input_ids_1: torch.Tensor,
+        input_ids_2: torch.Tensor,
+        attention_mask_1: torch.Tensor | None = None,
+        attention_mask_2: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        token_type_ids_1: torch.Tensor | None = None,
+        token_type_ids_2: torch.Tensor | None = None,
+        return_dict: bool | None = None,
+    ) -> DualSequenceClassifierOutput | tuple:
+        if input_ids_1.shape[0] != input_ids_2.shape[0]:
+            raise ValueError(
+                f"input_ids_1 and input_ids_2 must have the same batch size, got {input_ids_1.shape[0]}"
+                f" and {input_ids_2.shape[0]}"
+            )
+        h1, a = self._embed(input_ids_1, attention_mask_1, token_type_ids_1)
+        h2, b = self._embed(input_ids_2, attention_mask_2, token_type_ids_2)
+        logits = self.classifier(torch.cat([a, b, a * b, a - b], dim=-1))  # (b, c) from (b, 4e)
+        loss = sequence_loss(self.config, logits, labels) if labels is not None else None
+        result = DualSequenceClassifierOutput(loss=loss, logits=logits, last_hidden_state_1=h1, last_hidden_state_2=h2)
+        return _finish(result, return_dict, self.config)
+
+
+class NystromformerForTokenClassification(NystromformerPreTrainedModel):
+    """Encoder -> dropout -> Linear(e -> c) per token: ``logits`` (b, n, c); ``labels`` (b, n), -100 = ignore."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__(config)
+        self.nystromformer = NystromformerModel(config)
+        self.dropout = Dropout(config.classifier_dropout_p)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+    ) -> TokenClassifierOutput | tuple:  # fmt: skip
+        out, _ = self.nystromformer.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )  # fmt: skip
+        logits = self.classifier(self.dropout(out.last_hidden_state))  # (b, n, c)
+        loss = mlm_loss(logits, labels) if labels is not None else None
+        result = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+        return _finish(result, return_dict, self.config)
+
+
+class NystromformerForQuestionAnswering(NystromformerPreTrainedModel):
+    """Extractive QA: Linear(e -> 2) per token -> ``start_logits``, ``end_logits`` (b, n); the loss is the
+    mean of the start and end cross-entropies (positions outside the input are ignored, as in transformers)."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__(config)
+        self.nystromformer = NystromformerModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
+        output_attentions=None, output_hidden_states=None, return_dict=None,
+    ) -> QuestionAnsweringModelOutput | tuple:  # fmt: skip
+        out, _ = self.nystromformer.encode(
+            input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
+            output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+        )  # fmt: skip
+        start, end = self.qa_outputs(out.last_hidden_state).unbind(-1)  # (b, n) each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            n = start.shape[1]
+            s, e = start_positions.view(-1).clamp(0, n), end_positions.view(-1).clamp(0, n)
+            loss = (F.cross_entropy(start.float(), s, ignore_index=n) + F.cross_entropy(end.float(), e, ignore_index=n)) / 2
+        result = QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start, end_logits=end, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return _finish(result, return_dict, self.config)
+
+
+class NystromformerForMultipleChoice(NystromformerPreTrainedModel):
+    """Inputs (b, r, n): each choice is encoded, pooled (``config.pooling``), then Linear(e -> e) -> ReLU ->
+    Linear(e -> 1) (HF's ``pre_classifier``/``classifier``): ``logits`` (b, r); ``labels`` (b,) choice ids."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__(config)
+        self.nystromformer = NystromformerModel(config)
+        self.pre_classifier = nn.Linear(config.hidden_size, config.hidden_size)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+    ) -> MultipleChoiceModelOutput | tuple:  # fmt: skip
+        first = input_ids if input_ids is not None else inputs_embeds
+        if first is None or first.dim() < 3:
+            raise ValueError("multiple choice inputs must have shape (batch, choices, tokens[, e])")
+        r = first.shape[1]
+        flat = [None if t is None else t.flatten(0, 1) for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
+        out, mask = self.nystromformer.encode(
+            *flat, output_attentions=output_attentions, output_hidden_states=output_hidden_states
+        )
+        pooled = F.relu(self.pre_classifier(pool(self.config, out, mask)))  # (b·r, e)
+        logits = self.classifier(pooled).view(-1, r)  # (b, r)
+        loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
+        result = MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
+        return _finish(result, return_dict, self.config)
+
+
+MODEL_CLASSES: dict[str, type[NystromformerPreTrainedModel]] = {
+    cls.__name__: cls
+    for cls in (
+        NystromformerModel,
+        NystromformerForMaskedLM,
+        NystromformerForPreTraining,
+        NystromformerForSequenceClassification,
+        NystromformerForDualSequenceClassification,
+        NystromformerForTokenClassification,
+        NystromformerForQuestionAnswering,
+        NystromformerForMultipleChoice,
+    )
+}
