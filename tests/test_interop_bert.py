@@ -154,3 +154,37 @@ def test_bert_errors(tmp_path):
     (folder / "config.json").write_text(json.dumps({**cfg, "position_embedding_type": "relative_key"}))
     with pytest.raises(CheckpointError, match="position_embedding_type 'relative_key'"):
         from_bert(folder)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"max_position_embeddings": 10**12}, r"max_position_embeddings=1000000000000 but .*position_embeddings"),
+        ({"vocab_size": 81}, r"vocab_size=81 but bert\.embeddings\.word_embeddings\.weight has shape \(80, 32\)"),
+        ({"num_hidden_layers": 3}, r"num_hidden_layers=3 but the weights hold layers \[0, 1\]"),
+        ({"intermediate_size": 65}, r"intermediate_size=65 but"),
+        ({"hidden_size": True}, r"hidden_size must be a non-negative int, got True"),
+        ({"max_position_embeddings": "40"}, r"max_position_embeddings must be a non-negative int, got '40'"),
+        ({"layer_norm_eps": "tiny"}, r"layer_norm_eps must be a number"),
+        ({"hidden_dropout_prob": 2.0}, r"dropout must be a float in \[0, 1\)"),
+    ],
+)
+def test_from_bert_validates_the_folder_before_allocating(tmp_path, change, match):
+    """A config that disagrees with its tensors (or has wrong types) is named, not allocated: 10^12
+    positions would otherwise try to allocate terabytes."""
+    _, folder = random_bert_folder(tmp_path, "BertForMaskedLM")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, **change}))
+    with pytest.raises(CheckpointError, match=match):
+        from_bert(folder, attention="softmax")
+
+
+def test_from_bert_names_a_tensor_of_the_wrong_shape(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    _, folder = random_bert_folder(tmp_path, "BertModel")
+    state = load_file(str(folder / "model.safetensors"))
+    state["encoder.layer.1.attention.output.dense.weight"] = torch.zeros(32, 31)
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"encoder\.layer\.1\.attention\.output\.dense\.weight .*\(32, 31\)"):
+        from_bert(folder, attention="softmax")

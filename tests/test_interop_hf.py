@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -39,6 +40,7 @@ def hf_folder(tmp_path, cls, *, nystrom: bool, seed: int = 0):
         conv_kernel_size=5,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
+        num_labels=3,
     )
     if nystrom:
         kw.update(num_landmarks=8, segment_means_seq_len=N)
@@ -52,25 +54,60 @@ def hf_folder(tmp_path, cls, *, nystrom: bool, seed: int = 0):
     return model, folder
 
 
+HF_HEADS = ["NystromformerModel", "NystromformerForMaskedLM", "NystromformerForSequenceClassification",
+            "NystromformerForTokenClassification", "NystromformerForQuestionAnswering",
+            "NystromformerForMultipleChoice"]  # fmt: skip
+OUTPUT = {"NystromformerModel": "last_hidden_state", "NystromformerForQuestionAnswering": "start_logits"}
+
+
+def _inputs(cls_name: str, batch: int) -> torch.Tensor:
+    return torch.randint(0, 60, (batch, 2, N) if cls_name.endswith("MultipleChoice") else (batch * 2, N))
+
+
 @pytest.mark.parametrize("nystrom", [False, True], ids=["hf-exact-regime", "true-nystrom"])
-@pytest.mark.parametrize("cls_name", ["NystromformerModel", "NystromformerForMaskedLM"])
+@pytest.mark.parametrize("cls_name", HF_HEADS)
 def test_from_hf_matches_transformers(tmp_path, nystrom, cls_name):
     hf, folder = hf_folder(tmp_path, getattr(transformers, cls_name), nystrom=nystrom)
     ours = from_hf(folder)
     assert type(ours).__name__ == cls_name
     expected_att = "nystrom" if nystrom else "softmax"
     assert ours.config.attention["name"] == expected_att and ours.config.attention["conv_kernel_size"] == 5
-    ids = torch.randint(0, 60, (1 if nystrom else 3, N))  # HF's Nyström branch is only right for batch 1
+    # HF's Nyström branch mixes samples (batch-wide Z0 scale): it is only right for one sequence
+    ids = torch.randint(0, 60, (1, 1, N) if cls_name.endswith("MultipleChoice") else (1, N)) if nystrom else _inputs(cls_name, 2)
     with torch.no_grad():
         h, o = hf(ids), ours(ids)
-    field = "logits" if cls_name.endswith("MaskedLM") else "last_hidden_state"
+    field = OUTPUT.get(cls_name, "logits")
     err = rel_err(getattr(o, field), getattr(h, field))
     print(f"{cls_name} {expected_att}: max rel err {err:.2e}")
     assert err <= 1e-5
-    if nystrom:  # the regime matters: exact attention on the same weights is visibly different
+    if nystrom and cls_name == "NystromformerForMaskedLM":  # the regime matters: exact attention differs
         exact = from_hf(folder, attention="softmax")
         with torch.no_grad():
             assert rel_err(getattr(exact(ids), field), getattr(h, field)) > 1e-3
+
+
+@pytest.mark.parametrize("nystrom", [False, True], ids=["hf-exact-regime", "true-nystrom"])
+@pytest.mark.parametrize("cls_name", HF_HEADS)
+def test_hf_to_ours_to_hf_is_lossless(tmp_path, nystrom, cls_name):
+    """Config fields and every tensor survive HF -> ours -> HF; stock transformers loads the result with no
+    missing or unexpected keys and computes what the original does."""
+    hf, folder = hf_folder(tmp_path, getattr(transformers, cls_name), nystrom=nystrom)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is left out
+        from_hf(folder).to_hf(tmp_path / "back")
+    drop = ("transformers_version",)
+    original = {k: v for k, v in json.loads((folder / "config.json").read_text()).items() if k not in drop}
+    written = {k: v for k, v in json.loads((tmp_path / "back" / "config.json").read_text()).items() if k not in drop}
+    assert written == original
+    before, after = load_file(str(folder / "model.safetensors")), load_file(str(tmp_path / "back" / "model.safetensors"))
+    assert before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+    again, info = getattr(transformers, cls_name).from_pretrained(tmp_path / "back", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    ids = _inputs(cls_name, 1)
+    field = OUTPUT.get(cls_name, "logits")
+    with torch.no_grad():
+        # same weights, bit for bit; outputs may differ by MKL's alignment-dependent sums (~1e-12)
+        torch.testing.assert_close(getattr(again.eval()(ids), field), getattr(hf(ids), field), rtol=1e-6, atol=0)
 
 
 def test_attention_override_keeps_checkpoint_conv(tmp_path):
@@ -197,3 +234,44 @@ def test_corrupt_and_mismatched_checkpoints(tmp_path):
         from_hf(folder)
     with pytest.raises(CheckpointError, match="does not exist"):
         from_hf(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("cls_name", HF_HEADS[2:])
+def test_our_heads_go_to_transformers_and_back(tmp_path, cls_name):
+    """A head of ours with HF's head shape (cls pooling, classifier act = hidden_act): transformers loads the
+    folder to_hf writes with no missing or unexpected keys and computes the same; from_hf restores ours."""
+    torch.manual_seed(3)
+    cfg = NystromformerConfig.preset(
+        "bert-small", vocab_size=60, hidden_size=32, num_attention_heads=4, intermediate_size=48,
+        num_hidden_layers=2, max_position_embeddings=N, pooler=False, pooling="cls", classifier_act="gelu_new",
+        attention={"name": "softmax", "conv_kernel_size": 5}, dropout=0.0, num_labels=3,
+    )  # fmt: skip
+    import nystrom.model as ours_module
+
+    ours = getattr(ours_module, cls_name)(cfg).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours.to_hf(tmp_path / "hf")
+    hf, info = getattr(transformers, cls_name).from_pretrained(tmp_path / "hf", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    ids = _inputs(cls_name, 2)
+    field = OUTPUT.get(cls_name, "logits")
+    with torch.no_grad():
+        assert rel_err(getattr(hf.eval()(ids), field), getattr(ours(ids), field)) <= 1e-5
+        back = from_hf(tmp_path / "hf")
+        assert type(back) is type(ours) and back.config.definition() == cfg.definition()
+        torch.testing.assert_close(getattr(back(ids), field), getattr(ours(ids), field), rtol=1e-6, atol=0)
+
+
+def test_shard_index_names_must_stay_in_the_folder(tmp_path):
+    _, folder = hf_folder(tmp_path, transformers.NystromformerModel, nystrom=False)
+    (folder / "model.safetensors").rename(folder / "part-1.safetensors")
+    for bad in ("../../x.safetensors", str(tmp_path / "abs.safetensors"), "sub/../../x.safetensors"):
+        index = {"metadata": {}, "weight_map": {"embeddings.word_embeddings.weight": bad}}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+        with pytest.raises(CheckpointError, match="not a file inside"):
+            from_hf(folder)
+    state = load_file(str(folder / "part-1.safetensors"))
+    index = {"metadata": {}, "weight_map": dict.fromkeys(state, "part-1.safetensors")}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert type(from_hf(folder)).__name__ == "NystromformerModel"  # a sharded folder loads

@@ -267,7 +267,10 @@ def _hf_config(model: NystromformerPreTrainedModel, arch: str, fields: dict[str,
         "pad_token_id": config.pad_token_id, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
         **fields,
     }  # fmt: skip
-    if arch not in ("NystromformerModel", "NystromformerForMaskedLM"):
+    default = {i: f"LABEL_{i}" for i in range(2)}  # transformers leaves these out of config.json
+    if arch not in ("NystromformerModel", "NystromformerForMaskedLM") and (
+        config.id2label != default or "id2label" in (config.hf_config or {})
+    ):
         hf["id2label"] = {str(k): v for k, v in config.id2label.items()}
         hf["label2id"] = dict(config.label2id)
         if config.problem_type is not None:
