@@ -265,7 +265,10 @@ def test_trainer_sequence_classification(tmp_path, tokenizer_file):
     model = transformers.AutoModelForSequenceClassification.from_pretrained(folder)
     rows = [{**tokenizer(t, truncation=True, max_length=32), "labels": i % 2} for i, t in enumerate(_text_rows(24))]
     trainer = _trainer(model, tmp_path, rows[:16], rows[16:], transformers.DataCollatorWithPadding(tokenizer))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
+    moved = [n for n, p in model.named_parameters() if not torch.equal(p, before[n])]
+    assert any(n.startswith("classifier.") for n in moved) and any(".qkv." in n for n in moved)
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert torch.isfinite(torch.tensor(trainer.evaluate()["eval_loss"]))

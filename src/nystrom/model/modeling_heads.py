@@ -145,6 +145,7 @@ def _finish(output: ModelOutput, return_dict: bool | None, config: Nystromformer
 class NystromformerForMaskedLM(NystromformerPreTrainedModel):
     """Encoder + tied MLM head: ``logits`` (b, n, v); ``labels`` (b, n) with -100 = ignore."""
 
+    _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"sop_head\."]  # a pre-training folder
     _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.decoder.weight": "nystromformer.embeddings.word_embeddings.weight"}
 
     def __init__(self, config: NystromformerConfig) -> None:
