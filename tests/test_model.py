@@ -236,7 +236,7 @@ def test_resize_position_embeddings_tiles_rows():
 
 
 def _legacy_folder(folder, model):
-    """A folder as nystrom < 0.2 wrote it: {"format": "nystrom", ...} config and the old head key names."""
+    """A folder as the old native format wrote it: {"format": "nystrom", ...} config, the old head key names."""
     from safetensors.torch import save_file
 
     folder.mkdir()

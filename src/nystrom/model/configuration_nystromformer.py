@@ -26,8 +26,8 @@ LINEAR_INITS = ("normal", "torch")
 # set by the model from the config, never by the attention options
 _MANAGED_ATTENTION_ARGS = ("dim", "heads", "dim_head", "qkv_bias", "dropout")
 LEGACY_MESSAGE = (
-    "{source} was written by nystrom < 0.2 (a native checkpoint with \"format\": \"nystrom\"), which"
-    " transformers cannot read. Convert it once with"
+    "{source} is an old nystrom checkpoint (\"format\": \"nystrom\", written before the models became"
+    " transformers models), which transformers cannot read. Convert it once with"
     " `python -c \"import nystrom; nystrom.convert_legacy_checkpoint('OLD_FOLDER', 'NEW_FOLDER')\"`;"
     " the new folder loads with AutoModel*.from_pretrained."
 )

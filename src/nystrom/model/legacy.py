@@ -1,5 +1,5 @@
-"""Converting checkpoint folders written by nystrom < 0.2 (our own ``"format": "nystrom"`` config.json)
-into transformers folders that ``AutoModel*.from_pretrained`` loads."""
+"""Converting checkpoint folders written before the models became transformers models (our own
+``"format": "nystrom"`` config.json) into transformers folders that ``AutoModel*.from_pretrained`` loads."""
 
 from __future__ import annotations
 
