@@ -344,6 +344,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _common(f)
     f.set_defaults(func=cmd_finetune)
 
+    from nystrom.tasks.convert_commands import register as register_convert
+
+    register_convert(subparsers)  # `nystrom convert ...`: folders for transformers
+
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m nystrom.tasks.text_commands pretrain ...``, e.g. under torchrun)."""
