@@ -38,4 +38,13 @@ def test_convert_notes_a_missing_tokenizer(tmp_path, capsys):
     assert main(["convert", "to-hf", str(tmp_path / "m"), str(tmp_path / "hf")]) == 0
     assert "has no tokenizer" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="--tokenizer"):
-        main(["convert", "to-hf", str(tmp_path / "m"), str(tmp_path / "x"), "--tokenizer", str(tmp_path / "no.json")])
+        main(
+            [
+                "convert",
+                "to-hf",
+                str(tmp_path / "m"),
+                str(tmp_path / "x"),
+                "--tokenizer",
+                str(tmp_path / "no.json"),
+            ]
+        )

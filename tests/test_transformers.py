@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-import nystrom.model.modeling_nystromformer as modeling
+import nystrom.model.layers as layers
 from nystrom.data.text import train_wordpiece
 from nystrom.model import (
     AUTO_CLASSES,
@@ -100,7 +100,9 @@ def test_return_dict_false_gives_transformers_tuples():
     assert hidden.shape == (2, 10, 16) and pooled.shape == (2, 16)
 
 
-@pytest.mark.parametrize("attention", ["softmax", {"name": "nystrom", "num_landmarks": 4, "conv_kernel_size": None}])
+@pytest.mark.parametrize(
+    "attention", ["softmax", {"name": "nystrom", "num_landmarks": 4, "conv_kernel_size": None}]
+)
 def test_hidden_states_and_attention_weights(attention):
     """Layer 0's weights applied to its V give exactly what the attention module computes."""
     torch.manual_seed(0)
@@ -124,7 +126,7 @@ def test_hidden_states_and_attention_weights(attention):
 
 def test_attention_weights_above_the_limit_raise(monkeypatch):
     model = NystromformerModel(tiny()).eval()
-    monkeypatch.setattr(modeling, "MAX_ATTENTION_TOKENS", 8)
+    monkeypatch.setattr(layers, "MAX_ATTENTION_TOKENS", 8)
     with pytest.raises(ValueError, match=r"limited to n <= 8 tokens"):
         model(torch.randint(0, 60, (1, 9)), output_attentions=True)
     with pytest.raises(ValueError, match="'linformer'"):
@@ -174,7 +176,9 @@ def test_resize_token_embeddings_keeps_the_decoder_tied(tmp_path):
     ids = torch.randint(0, 60, (1, 8))
     before = model(ids).logits
     model.resize_token_embeddings(70)
-    assert model.config.vocab_size == 70 and model.lm_head.decoder.weight is model.get_input_embeddings().weight
+    assert (
+        model.config.vocab_size == 70 and model.lm_head.decoder.weight is model.get_input_embeddings().weight
+    )
     after = model(torch.cat([ids, torch.tensor([[65]])], 1)).logits
     assert after.shape == (1, 9, 70) and model.lm_head.decoder.bias.shape == (70,)
     torch.testing.assert_close(model(ids).logits[..., :60], before)
@@ -243,7 +247,9 @@ def _trainer(model, tmp_path, train, evaluation, collator) -> transformers.Train
 
 def test_trainer_masked_lm(tmp_path, tokenizer_file):
     torch.manual_seed(0)
-    tok_dir = folder_with_tokenizer(NystromformerForMaskedLM(tiny(vocab_size=200)), tokenizer_file, tmp_path / "m")
+    tok_dir = folder_with_tokenizer(
+        NystromformerForMaskedLM(tiny(vocab_size=200)), tokenizer_file, tmp_path / "m"
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir)
     model = transformers.AutoModelForMaskedLM.from_pretrained(tok_dir)
     rows = [tokenizer(t, truncation=True, max_length=32) for t in _text_rows(24)]
@@ -259,11 +265,16 @@ def test_trainer_masked_lm(tmp_path, tokenizer_file):
 def test_trainer_sequence_classification(tmp_path, tokenizer_file):
     torch.manual_seed(0)
     folder = folder_with_tokenizer(
-        NystromformerForSequenceClassification(tiny(vocab_size=200, num_labels=2)), tokenizer_file, tmp_path / "c"
+        NystromformerForSequenceClassification(tiny(vocab_size=200, num_labels=2)),
+        tokenizer_file,
+        tmp_path / "c",
     )
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
     model = transformers.AutoModelForSequenceClassification.from_pretrained(folder)
-    rows = [{**tokenizer(t, truncation=True, max_length=32), "labels": i % 2} for i, t in enumerate(_text_rows(24))]
+    rows = [
+        {**tokenizer(t, truncation=True, max_length=32), "labels": i % 2}
+        for i, t in enumerate(_text_rows(24))
+    ]
     trainer = _trainer(model, tmp_path, rows[:16], rows[16:], transformers.DataCollatorWithPadding(tokenizer))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     trainer.train()
@@ -278,21 +289,29 @@ def test_pipelines_on_saved_folders(tmp_path, tokenizer_file):
     torch.manual_seed(0)
     text = "the model reads the text"
     fill = transformers.pipeline(
-        "fill-mask", model=folder_with_tokenizer(NystromformerForMaskedLM(tiny(vocab_size=200)), tokenizer_file, tmp_path / "a")
+        "fill-mask",
+        model=folder_with_tokenizer(
+            NystromformerForMaskedLM(tiny(vocab_size=200)), tokenizer_file, tmp_path / "a"
+        ),
     )
     preds = fill(f"the {fill.tokenizer.mask_token} reads the text")
     assert len(preds) == 5 and all(p["token_str"] for p in preds)
     cfg = tiny(vocab_size=200).replace(id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
     clf = transformers.pipeline(
-        "text-classification", model=folder_with_tokenizer(NystromformerForSequenceClassification(cfg), tokenizer_file, tmp_path / "b")
+        "text-classification",
+        model=folder_with_tokenizer(
+            NystromformerForSequenceClassification(cfg), tokenizer_file, tmp_path / "b"
+        ),
     )
     assert clf(text)[0]["label"] in ("neg", "pos")
     ner = transformers.pipeline(
-        "token-classification", model=folder_with_tokenizer(NystromformerForTokenClassification(cfg), tokenizer_file, tmp_path / "c")
+        "token-classification",
+        model=folder_with_tokenizer(NystromformerForTokenClassification(cfg), tokenizer_file, tmp_path / "c"),
     )
     assert all(e["entity"] in ("neg", "pos") for e in ner(text))
     feats = transformers.pipeline(
-        "feature-extraction", model=folder_with_tokenizer(NystromformerModel(tiny(vocab_size=200)), tokenizer_file, tmp_path / "d")
+        "feature-extraction",
+        model=folder_with_tokenizer(NystromformerModel(tiny(vocab_size=200)), tokenizer_file, tmp_path / "d"),
     )
     n = len(feats.tokenizer(text)["input_ids"])
     assert torch.tensor(feats(text)).shape == (1, n, 16)

@@ -12,26 +12,22 @@ load our folders, and ``Trainer``/``pipeline`` run on them.
 import transformers
 
 from nystrom.model.configuration_nystromformer import MODEL_TYPE, PRESETS, NystromformerConfig
+from nystrom.model.head_layers import DualSequenceClassifierOutput, NystromformerForPreTrainingOutput
 from nystrom.model.interop_bert import from_bert, minilm_path
 from nystrom.model.interop_hf import from_hf, to_hf
+from nystrom.model.layers import MAX_ATTENTION_TOKENS
 from nystrom.model.legacy import convert_legacy_checkpoint
 from nystrom.model.modeling_heads import (
     MODEL_CLASSES,
-    DualSequenceClassifierOutput,
     NystromformerForDualSequenceClassification,
     NystromformerForMaskedLM,
     NystromformerForMultipleChoice,
     NystromformerForPreTraining,
-    NystromformerForPreTrainingOutput,
     NystromformerForQuestionAnswering,
     NystromformerForSequenceClassification,
     NystromformerForTokenClassification,
 )
-from nystrom.model.modeling_nystromformer import (
-    MAX_ATTENTION_TOKENS,
-    NystromformerModel,
-    NystromformerPreTrainedModel,
-)
+from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
 from nystrom.model.tokenizer import save_tokenizer
 from nystrom.model.weights import CheckpointError
 

@@ -26,7 +26,7 @@ LINEAR_INITS = ("normal", "torch")
 # set by the model from the config, never by the attention options
 _MANAGED_ATTENTION_ARGS = ("dim", "heads", "dim_head", "qkv_bias", "dropout")
 LEGACY_MESSAGE = (
-    "{source} is an old nystrom checkpoint (\"format\": \"nystrom\", written before the models became"
+    '{source} is an old nystrom checkpoint ("format": "nystrom", written before the models became'
     " transformers models), which transformers cannot read. Convert it once with"
     " `python -c \"import nystrom; nystrom.convert_legacy_checkpoint('OLD_FOLDER', 'NEW_FOLDER')\"`;"
     " the new folder loads with AutoModel*.from_pretrained."
@@ -153,7 +153,9 @@ class NystromformerConfig(PreTrainedConfig):
                 " probabilities (config.dropout applies to its output); pass hidden_dropout_prob/dropout"
             )
         super().__post_init__(**kwargs)
-        self.attention = normalize_attention({"name": "nystrom"} if self.attention is None else self.attention)
+        self.attention = normalize_attention(
+            {"name": "nystrom"} if self.attention is None else self.attention
+        )
         if self.classifier_hidden is None:
             self.classifier_hidden = self.hidden_size
         self._check()
@@ -173,7 +175,9 @@ class NystromformerConfig(PreTrainedConfig):
             )
         pad = self.pad_token_id
         if pad is not None and not (_is_int(pad) and 0 <= pad < self.vocab_size):
-            raise ValueError(f"config.pad_token_id must be None or an int in [0, {self.vocab_size}), got {pad!r}")
+            raise ValueError(
+                f"config.pad_token_id must be None or an int in [0, {self.vocab_size}), got {pad!r}"
+            )
         for name, choices in (("hidden_act", ACTIVATIONS), ("classifier_act", ACTIVATIONS),
                               ("norm_position", NORM_POSITIONS), ("pooling", POOLINGS),
                               ("linear_init", LINEAR_INITS)):  # fmt: skip
@@ -181,7 +185,9 @@ class NystromformerConfig(PreTrainedConfig):
                 raise ValueError(f"config.{name} must be one of {choices}, got {getattr(self, name)!r}")
         for name in ("dropout", "activation_dropout", "classifier_dropout"):
             val = getattr(self, name)
-            if not (val is None and name == "classifier_dropout") and not (_is_real(val) and 0.0 <= val < 1.0):
+            if not (val is None and name == "classifier_dropout") and not (
+                _is_real(val) and 0.0 <= val < 1.0
+            ):
                 raise ValueError(f"config.{name} must be a float in [0, 1), got {val!r}")
         for name in ("layer_norm_eps", "initializer_range"):
             val = getattr(self, name)

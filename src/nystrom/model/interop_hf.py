@@ -94,7 +94,9 @@ def config_from_hf(hf: dict[str, Any], *, source: str) -> NystromformerConfig:
         raise CheckpointError(f"{source}: {err}") from err
 
 
-def with_attention(config: NystromformerConfig, attention: str | dict[str, Any] | None) -> NystromformerConfig:
+def with_attention(
+    config: NystromformerConfig, attention: str | dict[str, Any] | None
+) -> NystromformerConfig:
     """``config`` with ``attention`` swapped in; a conv kernel the user did not set keeps the checkpoint's."""
     if attention is None:
         return config
@@ -109,13 +111,17 @@ def with_attention(config: NystromformerConfig, attention: str | dict[str, Any] 
 def _hf_class(hf: dict, state: dict[str, torch.Tensor], source: str) -> str:
     arch = (hf.get("architectures") or [None])[0]
     if arch is None:  # no architectures entry: the head its weights hold
-        arch = next((cls for key, cls in _KEY_HINTS if any(k.startswith(key) for k in state)), "NystromformerModel")
+        arch = next(
+            (cls for key, cls in _KEY_HINTS if any(k.startswith(key) for k in state)), "NystromformerModel"
+        )
     if arch not in HF_HEADS:
         raise CheckpointError(f"{source}: architecture {arch!r} is not one of transformers' {list(HF_HEADS)}")
     return arch
 
 
-def from_hf(path: str | Path, *, attention: str | dict[str, Any] | None = None) -> NystromformerPreTrainedModel:
+def from_hf(
+    path: str | Path, *, attention: str | dict[str, Any] | None = None
+) -> NystromformerPreTrainedModel:
     """Load a transformers Nystromformer folder (``config.json`` + safetensors/bin weights, sharded or not)
     as the matching class of ours (``architectures[0]``: the base model or any head), in eval mode.
 
@@ -130,7 +136,9 @@ def from_hf(path: str | Path, *, attention: str | dict[str, Any] | None = None) 
     hf = read_json(folder / "config.json")
     if hf.get("model_type") not in (None, "nystromformer"):
         hint = " (use nystrom.from_bert for BERT folders)" if hf.get("model_type") == "bert" else ""
-        raise CheckpointError(f"{source}: model_type is {hf.get('model_type')!r}, expected 'nystromformer'{hint}")
+        raise CheckpointError(
+            f"{source}: model_type is {hf.get('model_type')!r}, expected 'nystromformer'{hint}"
+        )
     state = read_weights(folder)
     check_source_config(hf, state, prefix="nystromformer.", position_offset=HF_POSITION_OFFSET, source=source)
     ours = hf.get("nystrom")
@@ -164,7 +172,9 @@ def _hf_attention_fields(config: NystromformerConfig, seq_len: int | None) -> di
         return {"num_landmarks": m, "segment_means_seq_len": m,
                 "inv_coeff_init_option": kept.get("inv_coeff_init_option", False) if same else False}  # fmt: skip
     if att["name"] != "nystrom":
-        raise ValueError(f"transformers' Nystromformer runs only 'softmax' or 'nystrom' attention, not {att['name']!r}")
+        raise ValueError(
+            f"transformers' Nystromformer runs only 'softmax' or 'nystrom' attention, not {att['name']!r}"
+        )
     att = resolved_attention(att)
     m = att["num_landmarks"]
     needed = {"pinv": "iterative", "pinv_iterations": 6, "pinv_init": "original"}
@@ -177,7 +187,9 @@ def _hf_attention_fields(config: NystromformerConfig, seq_len: int | None) -> di
     if seq_len is None:
         seq_len = kept.get("segment_means_seq_len", config.max_position_embeddings)
     if seq_len % m or seq_len == m:
-        raise ValueError(f"segment_means_seq_len ({seq_len}) must be a multiple of num_landmarks ({m}) and larger")
+        raise ValueError(
+            f"segment_means_seq_len ({seq_len}) must be a multiple of num_landmarks ({m}) and larger"
+        )
     return {"num_landmarks": m, "segment_means_seq_len": seq_len, "inv_coeff_init_option": False}
 
 
@@ -187,7 +199,10 @@ def _hf_head(model: NystromformerPreTrainedModel) -> str:
     name, config = type(model).__name__, model.config
     if name == "NystromformerForPreTraining":
         return "NystromformerForMaskedLM"
-    if name in ("NystromformerForSequenceClassification", "NystromformerForMultipleChoice") and config.pooling != "cls":
+    if (
+        name in ("NystromformerForSequenceClassification", "NystromformerForMultipleChoice")
+        and config.pooling != "cls"
+    ):
         return "NystromformerModel"  # transformers pools the first token
     if name == "NystromformerForSequenceClassification" and (
         config.classifier_act != config.hidden_act or config.classifier_hidden != config.hidden_size
@@ -233,8 +248,10 @@ def to_hf(
         parts = t.chunk(3, 0) if kind == "qkv" else [t]
         state.update({n: p.contiguous() for n, p in zip(names, parts)})
     for i in range(config.num_hidden_layers):
-        state.setdefault(f"{prefix}encoder.layer.{i}.attention.self.conv.weight",
-                         torch.zeros(config.num_attention_heads, 1, 1, 1))  # fmt: skip  (h, 1, k=1, 1)
+        state.setdefault(
+            f"{prefix}encoder.layer.{i}.attention.self.conv.weight",
+            torch.zeros(config.num_attention_heads, 1, 1, 1),
+        )  # fmt: skip  (h, 1, k=1, 1)
     hf = _hf_config(model, arch, fields)
     extra = sorted(k for k in state if not k.startswith(HF_KEYS[arch]))
     if extra:

@@ -91,7 +91,11 @@ def load_bertlike(
     for key, (names, kind) in _plan(model, prefix).items():
         if kind == "tied":
             continue  # filled below from the word embeddings it is tied to
-        if key.endswith("lm_head.decoder.bias") and names[0] not in state and "cls.predictions.decoder.bias" in state:
+        if (
+            key.endswith("lm_head.decoder.bias")
+            and names[0] not in state
+            and "cls.predictions.decoder.bias" in state
+        ):
             names = ["cls.predictions.decoder.bias"]  # older checkpoints store the bias only on the decoder
         absent = [n for n in names if n not in state]
         if absent:
@@ -109,7 +113,9 @@ def load_bertlike(
             )
         out[key] = t
     for key, (_, kind) in _plan(model, prefix).items():
-        word = ("" if isinstance(model, NystromformerModel) else "nystromformer.") + "embeddings.word_embeddings.weight"
+        word = (
+            "" if isinstance(model, NystromformerModel) else "nystromformer."
+        ) + "embeddings.word_embeddings.weight"
         if kind == "tied" and word in out:
             out[key] = out[word]
     unexpected = []
@@ -166,6 +172,8 @@ def check_source_config(
                 )
     layers = {int(m.group(1)) for k in state if (m := re.match(re.escape(p) + r"encoder\.layer\.(\d+)\.", k))}
     if "num_hidden_layers" in cfg and layers != set(range(cfg["num_hidden_layers"])):
-        problems.append(f"num_hidden_layers={cfg['num_hidden_layers']} but the weights hold layers {sorted(layers)[:8]}")
+        problems.append(
+            f"num_hidden_layers={cfg['num_hidden_layers']} but the weights hold layers {sorted(layers)[:8]}"
+        )
     if problems:
         raise CheckpointError(f"{source} does not match its weights: " + "; ".join(problems))

@@ -25,13 +25,17 @@ def convert_legacy_checkpoint(src: str | Path, dst: str | Path) -> None:
     src, dst = Path(src), Path(dst)
     meta = read_json(src / "config.json")
     if meta.get("format") != "nystrom":
-        raise CheckpointError(f"{src / 'config.json'} is not an old nystrom checkpoint (no \"format\": \"nystrom\")")
+        raise CheckpointError(
+            f'{src / "config.json"} is not an old nystrom checkpoint (no "format": "nystrom")'
+        )
     arch = meta.get("architecture")
     if arch not in MODEL_CLASSES:
-        raise CheckpointError(f"{src / 'config.json'}: architecture must be one of {sorted(MODEL_CLASSES)}, got {arch!r}")
+        raise CheckpointError(
+            f"{src / 'config.json'}: architecture must be one of {sorted(MODEL_CLASSES)}, got {arch!r}"
+        )
     old = meta.get("config")
     if not isinstance(old, dict):
-        raise CheckpointError(f"{src / 'config.json'}: \"config\" must be a JSON object")
+        raise CheckpointError(f'{src / "config.json"}: "config" must be a JSON object')
     try:
         config = NystromformerConfig(**{**_OLD_DEFAULTS, **old})
     except (TypeError, ValueError) as err:

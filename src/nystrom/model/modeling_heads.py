@@ -10,143 +10,41 @@ given; ``return_dict=False`` gives the same fields as a tuple (None fields dropp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPooling,
     MaskedLMOutput,
     MultipleChoiceModelOutput,
     QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.utils import ModelOutput
 
 from nystrom.functional.dropout import Dropout
 from nystrom.model.configuration_nystromformer import NystromformerConfig
-from nystrom.model.modeling_nystromformer import (
-    NystromformerModel,
-    NystromformerPreTrainedModel,
-    activation,
-    masked_mean,
+from nystrom.model.head_layers import (
+    ClassifierMLP,
+    DualSequenceClassifierOutput,
+    MLMHead,
+    NystromformerForPreTrainingOutput,
+    finish,
+    mlm_loss,
+    pool,
+    sequence_loss,
 )
-
-
-@dataclass
-class NystromformerForPreTrainingOutput(ModelOutput):
-    """``loss`` (MLM + SOP), ``prediction_logits`` (b, n, v), ``sop_logits`` (b, 2), as ALBERT's."""
-
-    loss: torch.Tensor | None = None
-    prediction_logits: torch.Tensor | None = None
-    sop_logits: torch.Tensor | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-
-
-@dataclass
-class DualSequenceClassifierOutput(ModelOutput):
-    """``loss``, ``logits`` (b, c) and each document's ``last_hidden_state`` (b, n1, e), (b, n2, e)."""
-
-    loss: torch.Tensor | None = None
-    logits: torch.Tensor | None = None
-    last_hidden_state_1: torch.Tensor | None = None
-    last_hidden_state_2: torch.Tensor | None = None
-
-
-class MLMHead(nn.Module):
-    """HF ``cls.predictions``: dense -> act -> LayerNorm -> decoder (weight tied to the word embeddings).
-
-    ``h`` (b, n, e) -> logits (b, n, v)."""
-
-    def __init__(self, config: NystromformerConfig) -> None:
-        super().__init__()
-        self.act = config.hidden_act
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
-
-    def transform(self, h: torch.Tensor) -> torch.Tensor:
-        return self.norm(activation(self.act, self.dense(h)))  # (b, n, e)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(h))  # (b, n, v)
-
-
-class ClassifierMLP(nn.Module):
-    """dropout -> Linear(in -> k) -> act -> dropout -> Linear(k -> c): (b, in) -> (b, c). With ReLU and no
-    dropout it is the official LRA head; with the encoder's activation, HF's ``classifier.dense/out_proj``."""
-
-    def __init__(self, in_features: int, config: NystromformerConfig) -> None:
-        super().__init__()
-        self.act = config.classifier_act
-        self.dropout = Dropout(config.classifier_dropout_p)
-        self.dense = nn.Linear(in_features, config.classifier_hidden)
-        self.out_proj = nn.Linear(config.classifier_hidden, config.num_labels)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(activation(self.act, self.dense(self.dropout(x))))  # (b, k)
-        return self.out_proj(x)  # (b, c)
-
-
-def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over positions whose label is not -100: logits (b, n, v), labels (b, n)."""
-    if tuple(labels.shape) != tuple(logits.shape[:2]):
-        raise ValueError(
-            f"labels must have shape (batch, tokens) = {tuple(logits.shape[:2])}, got {tuple(labels.shape)}"
-        )
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-
-
-def sequence_loss(config: NystromformerConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """transformers' ``problem_type`` rules: regression (MSE) when c == 1, single-label CE for int labels
-    (b,), multi-label BCE-with-logits for float labels (b, c); the inferred type is stored in the config."""
-    b, c = logits.shape
-    if config.problem_type is None:
-        if c == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    want = {"regression": [(b,), (b, 1)], "single_label_classification": [(b,)],
-            "multi_label_classification": [(b, c)]}[config.problem_type]  # fmt: skip
-    if tuple(labels.shape) not in want:
-        raise ValueError(
-            f"labels for {config.problem_type} must have shape {' or '.join(map(str, want))}, got {tuple(labels.shape)}"
-        )
-    if config.problem_type == "regression":
-        return F.mse_loss(logits.float().view(labels.shape), labels.float())
-    if config.problem_type == "single_label_classification":
-        return F.cross_entropy(logits.float(), labels.long())
-    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-
-
-def pool(config: NystromformerConfig, out: BaseModelOutputWithPooling, mask: torch.Tensor | None) -> torch.Tensor:
-    """Sequence features (b, e) by ``config.pooling``: first token, mean over real tokens, the official
-    LRA mean (padding zeroed but counted in the denominator), or BERT's tanh pooler."""
-    h = out.last_hidden_state  # (b, n, e)
-    if config.pooling == "cls":
-        return h[:, 0]
-    if config.pooling == "mean":
-        return masked_mean(h, mask)
-    if config.pooling == "mean_with_padding":
-        return h.mean(1) if mask is None else (h * mask.unsqueeze(-1).to(h.dtype)).mean(1)  # (b, e)
-    return out.pooler_output
-
-
-def _finish(output: ModelOutput, return_dict: bool | None, config: NystromformerConfig):
-    return output if (config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
 
 
 class NystromformerForMaskedLM(NystromformerPreTrainedModel):
     """Encoder + tied MLM head: ``logits`` (b, n, v); ``labels`` (b, n) with -100 = ignore."""
 
     _keys_to_ignore_on_load_unexpected: ClassVar[list[str]] = [r"sop_head\."]  # a pre-training folder
-    _tied_weights_keys: ClassVar[dict[str, str]] = {"lm_head.decoder.weight": "nystromformer.embeddings.word_embeddings.weight"}
+    _tied_weights_keys: ClassVar[dict[str, str]] = {
+        "lm_head.decoder.weight": "nystromformer.embeddings.word_embeddings.weight"
+    }
 
     def __init__(self, config: NystromformerConfig) -> None:
         super().__init__(config)
@@ -170,8 +68,10 @@ class NystromformerForMaskedLM(NystromformerPreTrainedModel):
         )  # fmt: skip
         logits = self.lm_head(out.last_hidden_state)  # (b, n, v)
         loss = mlm_loss(logits, labels) if labels is not None else None
-        result = MaskedLMOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
-        return _finish(result, return_dict, self.config)
+        result = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return finish(result, return_dict, self.config)
 
 
 class NystromformerForPreTraining(NystromformerForMaskedLM):
@@ -181,7 +81,9 @@ class NystromformerForPreTraining(NystromformerForMaskedLM):
 
     def __init__(self, config: NystromformerConfig) -> None:
         if not config.pooler:
-            raise ValueError("NystromformerForPreTraining needs config.pooler=True (SOP reads the pooled output)")
+            raise ValueError(
+                "NystromformerForPreTraining needs config.pooler=True (SOP reads the pooled output)"
+            )
         NystromformerPreTrainedModel.__init__(self, config)  # not MaskedLM's: one post_init, at the end
         self.nystromformer = NystromformerModel(config)
         self.lm_head = MLMHead(config)
@@ -208,7 +110,7 @@ class NystromformerForPreTraining(NystromformerForMaskedLM):
             loss=sum(losses[1:], losses[0]) if losses else None, prediction_logits=logits, sop_logits=sop_logits,
             hidden_states=out.hidden_states, attentions=out.attentions,
         )  # fmt: skip
-        return _finish(result, return_dict, self.config)
+        return finish(result, return_dict, self.config)
 
 
 class NystromformerForSequenceClassification(NystromformerPreTrainedModel):
@@ -234,7 +136,7 @@ class NystromformerForSequenceClassification(NystromformerPreTrainedModel):
         result = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
         )
-        return _finish(result, return_dict, self.config)
+        return finish(result, return_dict, self.config)
 
 
 class NystromformerForDualSequenceClassification(NystromformerPreTrainedModel):
@@ -271,8 +173,10 @@ class NystromformerForDualSequenceClassification(NystromformerPreTrainedModel):
         h2, b = self._embed(input_ids_2, attention_mask_2, token_type_ids_2)
         logits = self.classifier(torch.cat([a, b, a * b, a - b], dim=-1))  # (b, c) from (b, 4e)
         loss = sequence_loss(self.config, logits, labels) if labels is not None else None
-        result = DualSequenceClassifierOutput(loss=loss, logits=logits, last_hidden_state_1=h1, last_hidden_state_2=h2)
-        return _finish(result, return_dict, self.config)
+        result = DualSequenceClassifierOutput(
+            loss=loss, logits=logits, last_hidden_state_1=h1, last_hidden_state_2=h2
+        )
+        return finish(result, return_dict, self.config)
 
 
 class NystromformerForTokenClassification(NystromformerPreTrainedModel):
@@ -295,8 +199,10 @@ class NystromformerForTokenClassification(NystromformerPreTrainedModel):
         )  # fmt: skip
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (b, n, c)
         loss = mlm_loss(logits, labels) if labels is not None else None
-        result = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
-        return _finish(result, return_dict, self.config)
+        result = TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return finish(result, return_dict, self.config)
 
 
 class NystromformerForQuestionAnswering(NystromformerPreTrainedModel):
@@ -323,11 +229,18 @@ class NystromformerForQuestionAnswering(NystromformerPreTrainedModel):
         if start_positions is not None and end_positions is not None:
             n = start.shape[1]
             s, e = start_positions.view(-1).clamp(0, n), end_positions.view(-1).clamp(0, n)
-            loss = (F.cross_entropy(start.float(), s, ignore_index=n) + F.cross_entropy(end.float(), e, ignore_index=n)) / 2
+            loss = (
+                F.cross_entropy(start.float(), s, ignore_index=n)
+                + F.cross_entropy(end.float(), e, ignore_index=n)
+            ) / 2
         result = QuestionAnsweringModelOutput(
-            loss=loss, start_logits=start, end_logits=end, hidden_states=out.hidden_states, attentions=out.attentions
+            loss=loss,
+            start_logits=start,
+            end_logits=end,
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
         )
-        return _finish(result, return_dict, self.config)
+        return finish(result, return_dict, self.config)
 
 
 class NystromformerForMultipleChoice(NystromformerPreTrainedModel):
@@ -349,15 +262,20 @@ class NystromformerForMultipleChoice(NystromformerPreTrainedModel):
         if first is None or first.dim() < 3:
             raise ValueError("multiple choice inputs must have shape (batch, choices, tokens[, e])")
         r = first.shape[1]
-        flat = [None if t is None else t.flatten(0, 1) for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)]
+        flat = [
+            None if t is None else t.flatten(0, 1)
+            for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
+        ]
         out, mask = self.nystromformer.encode(
             *flat, output_attentions=output_attentions, output_hidden_states=output_hidden_states
         )
         pooled = F.relu(self.pre_classifier(pool(self.config, out, mask)))  # (b·r, e)
         logits = self.classifier(pooled).view(-1, r)  # (b, r)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None
-        result = MultipleChoiceModelOutput(loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions)
-        return _finish(result, return_dict, self.config)
+        result = MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
+        return finish(result, return_dict, self.config)
 
 
 MODEL_CLASSES: dict[str, type[NystromformerPreTrainedModel]] = {

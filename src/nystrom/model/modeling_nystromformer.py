@@ -1,4 +1,4 @@
-"""Embeddings, encoder blocks, :class:`NystromformerPreTrainedModel` and the bare :class:`NystromformerModel`.
+"""Encoder blocks, :class:`NystromformerPreTrainedModel` and the bare :class:`NystromformerModel`.
 
 Legend: b batch, n tokens, e hidden size, f FFN width, v vocabulary, p position-table rows, h heads.
 
@@ -13,174 +13,21 @@ import math
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from nystrom.functional.attention import nystrom_factors
-from nystrom.functional.dropout import Dropout
 from nystrom.model.configuration_nystromformer import NystromformerConfig
-
-#: ``output_attentions=True`` materialises (b, h, n, n) per layer; longer inputs raise instead
-MAX_ATTENTION_TOKENS = 4096
-
-
-def activation(name: str, x: torch.Tensor) -> torch.Tensor:
-    if name == "gelu":
-        return F.gelu(x)
-    if name == "gelu_new":  # tanh approximation, HF's "gelu_new"
-        return F.gelu(x, approximate="tanh")
-    if name == "relu":
-        return F.relu(x)
-    raise ValueError(f"unknown activation {name!r}")
-
-
-def to_key_padding_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, name: str = "attention_mask"):
-    """transformers' mask (b, n) of 0/1 (any int/float dtype) or bool -> bool (b, n), True = real token."""
-    if attention_mask is None:
-        return None
-    if not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a (batch, tokens) tensor of 0/1 or bool, got {type(attention_mask).__name__}"
-        )
-    if tuple(attention_mask.shape) != (b, n):
-        raise ValueError(
-            f"{name} must have shape (batch, tokens) = ({b}, {n}), got {tuple(attention_mask.shape)}"
-        )
-    if attention_mask.dtype == torch.bool:
-        return attention_mask
-    if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-        raise ValueError(f"{name} must hold only 0 (padding) and 1 (real token), or be a bool tensor")
-    return attention_mask != 0
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean over real tokens: ``x`` (b, n, e), mask (b, n) bool or None -> (b, e)."""
-    if mask is None:
-        return x.mean(1)
-    w = mask.to(x.dtype).unsqueeze(-1)  # (b, n, 1)
-    return (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (b, e)
-
-
-def _check_ids(name: str, ids: torch.Tensor, shape: tuple[int, ...] | None, limit: int) -> None:
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError(
-            f"{name} must be an int64/int32 tensor, got {getattr(ids, 'dtype', type(ids).__name__)}"
-        )
-    if shape is not None and tuple(ids.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(ids.shape)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
-        raise ValueError(
-            f"{name} must lie in [0, {limit}), got values in [{int(ids.min())}, {int(ids.max())}]"
-        )
-
-
-class Embeddings(nn.Module):
-    """word (or ``inputs_embeds``) + learned position (+ token type) -> (LayerNorm) -> dropout: (b, n, e)."""
-
-    def __init__(self, config: NystromformerConfig) -> None:
-        super().__init__()
-        e = config.hidden_size
-        self.word_embeddings = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
-        self.offset = config.position_offset  # rows before position 0 (HF Nystromformer: 2)
-        self.position_embeddings = nn.Embedding(config.max_position_embeddings + self.offset, e)
-        self.token_type_embeddings = (
-            nn.Embedding(config.type_vocab_size, e) if config.type_vocab_size else None
-        )
-        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps) if config.embedding_norm else None
-        self.dropout = Dropout(config.dropout)
-
-    def forward(
-        self,
-        inputs_embeds: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        b, n, _ = inputs_embeds.shape
-        p = self.position_embeddings.num_embeddings - self.offset
-        if position_ids is None:
-            if n > p:
-                raise ValueError(
-                    f"input has {n} tokens but the position table holds {p} (config.max_position_embeddings);"
-                    f" extend it with model.resize_position_embeddings({n}), which tiles the learned rows"
-                )
-            x = inputs_embeds + self.position_embeddings.weight[self.offset : self.offset + n]  # (b, n, e)
-        else:
-            _check_ids("position_ids", position_ids, None, p)
-            x = inputs_embeds + self.position_embeddings(position_ids.expand(b, n) + self.offset)  # (b, n, e)
-        if self.token_type_embeddings is not None:
-            if token_type_ids is None:
-                x = x + self.token_type_embeddings.weight[0]
-            else:
-                _check_ids("token_type_ids", token_type_ids, (b, n), self.token_type_embeddings.num_embeddings)
-                x = x + self.token_type_embeddings(token_type_ids)  # (b, n, e)
-        elif token_type_ids is not None and bool(token_type_ids.any()):
-            raise ValueError(
-                "token_type_ids given but the model has no token-type table (config.type_vocab_size=0)"
-            )
-        if self.norm is not None:
-            x = self.norm(x)
-        return self.dropout(x)
-
-
-class FeedForward(nn.Module):
-    """Linear(e -> f) -> act -> dropout -> Linear(f -> e) -> dropout: (b, n, e) -> (b, n, e)."""
-
-    def __init__(self, config: NystromformerConfig) -> None:
-        super().__init__()
-        self.act = config.hidden_act
-        self.dense_in = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.dense_out = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.inner_dropout = Dropout(config.activation_dropout)
-        self.dropout = Dropout(config.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.inner_dropout(activation(self.act, self.dense_in(x)))  # (b, n, f)
-        return self.dropout(self.dense_out(hidden))  # (b, n, e)
-
-
-def build_attention(config: NystromformerConfig) -> nn.Module:
-    from nystrom.attention import REGISTRY
-
-    options = {k: v for k, v in config.attention.items() if k != "name"}
-    return REGISTRY[config.attention["name"]](
-        config.hidden_size,
-        heads=config.num_attention_heads,
-        dim_head=config.head_dim,
-        qkv_bias=config.qkv_bias,
-        dropout=config.dropout,
-        **options,
-    )
-
-
-def attention_matrix(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """The (b, h, n, n) attention weights the module applies to ``x`` (b, n, e): F·A⁺·B for Nyström,
-    softmax(QKᵀ/√d) for softmax attention (the conv skip is not part of it). For inspection only."""
-    n = x.shape[1]
-    if n > MAX_ATTENTION_TOKENS:
-        raise ValueError(
-            f"output_attentions=True holds a (batch, heads, {n}, {n}) matrix per layer; it is limited to"
-            f" n <= {MAX_ATTENTION_TOKENS} tokens (nystrom.model.MAX_ATTENTION_TOKENS). Use"
-            " nystrom.functional.nystrom_factors for the O(n·m) factors of longer inputs"
-        )
-    name = getattr(attn, "name", "")
-    if name not in ("nystrom", "softmax"):
-        raise ValueError(f"output_attentions is available for 'nystrom' and 'softmax' attention, not {name!r}")
-    h, d = attn.heads, attn.dim_head
-    q, k, _ = attn.qkv(x).unflatten(-1, (3, h, d)).permute(2, 0, 3, 1, 4)  # each (b, h, n, d)
-    if name == "softmax":
-        s = (q @ k.mT).float() / math.sqrt(d)  # (b, h, n, n)
-        if mask is not None:
-            s = s.masked_fill(~mask[:, None, None, :], float("-inf"))
-        return torch.softmax(s, -1).to(x.dtype)
-    f, z, b = nystrom_factors(
-        q, k, num_landmarks=attn.num_landmarks, key_padding_mask=mask,
-        pinv_iterations=attn.pinv_iterations, pinv=attn.pinv, pinv_init=attn.pinv_init,
-    )  # fmt: skip
-    return (f @ z @ b).to(x.dtype)  # (b, h, n, n)
+from nystrom.model.layers import (
+    Embeddings,
+    FeedForward,
+    attention_matrix,
+    build_attention,
+    check_ids,
+    to_key_padding_mask,
+)
 
 
 class EncoderLayer(GradientCheckpointingLayer):
@@ -215,7 +62,12 @@ class Encoder(nn.Module):
         )
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, *, output_attentions: bool, output_hidden_states: bool
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        *,
+        output_attentions: bool,
+        output_hidden_states: bool,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
         """(b, n, e) -> last hidden state, the inputs of every layer + the output, every layer's weights."""
         states: list[torch.Tensor] = []
@@ -228,7 +80,11 @@ class Encoder(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         states.append(x)
-        return x, tuple(states) if output_hidden_states else None, tuple(weights) if output_attentions else None
+        return (
+            x,
+            tuple(states) if output_hidden_states else None,
+            tuple(weights) if output_attentions else None,
+        )
 
 
 class NystromformerPreTrainedModel(PreTrainedModel):
@@ -314,12 +170,18 @@ class NystromformerModel(NystromformerPreTrainedModel):
     ) -> tuple[BaseModelOutputWithPooling, torch.Tensor | None]:
         """The model output and the bool padding mask (b, n) (None = no padding), for the heads."""
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("give exactly one of input_ids (batch, tokens) and inputs_embeds (batch, tokens, e)")
+            raise ValueError(
+                "give exactly one of input_ids (batch, tokens) and inputs_embeds (batch, tokens, e)"
+            )
         if input_ids is not None:
             if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-                shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+                shape = (
+                    tuple(input_ids.shape)
+                    if isinstance(input_ids, torch.Tensor)
+                    else type(input_ids).__name__
+                )
                 raise ValueError(f"input_ids must have shape (batch, tokens), got {shape}")
-            _check_ids("input_ids", input_ids, None, self.config.vocab_size)
+            check_ids("input_ids", input_ids, None, self.config.vocab_size)
             inputs_embeds = self.embeddings.word_embeddings(input_ids)  # (b, n, e)
         elif inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != self.config.hidden_size:
             raise ValueError(
@@ -332,7 +194,9 @@ class NystromformerModel(NystromformerPreTrainedModel):
         hidden, states, weights = self.encoder(
             x,
             mask,
-            output_attentions=bool(self.config.output_attentions if output_attentions is None else output_attentions),
+            output_attentions=bool(
+                self.config.output_attentions if output_attentions is None else output_attentions
+            ),
             output_hidden_states=bool(
                 self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
             ),

@@ -54,7 +54,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         return _write(from_hf(args.source, attention=attention), args, save)
     if args.kind == "to-hf":
         n = args.segment_means_seq_len
-        return _write(load_folder(Path(args.source)), args, lambda m, out: to_hf(m, out, segment_means_seq_len=n))
+        return _write(
+            load_folder(Path(args.source)), args, lambda m, out: to_hf(m, out, segment_means_seq_len=n)
+        )
     convert_legacy_checkpoint(args.source, args.out)
     print(f"wrote {args.out}")
     return 0
@@ -70,7 +72,7 @@ def register(subparsers) -> None:
         ("from-bert", "a BERT folder -> a Nystromformer folder (the paper's 'from standard' start)"),
         ("from-hf", "a transformers Nystromformer folder (model_type nystromformer) -> ours"),
         ("to-hf", "a folder of ours -> a transformers Nystromformer folder"),
-        ("legacy", "an old nystrom folder (\"format\": \"nystrom\") -> a transformers folder"),
+        ("legacy", 'an old nystrom folder ("format": "nystrom") -> a transformers folder'),
     ):
         k = kinds.add_parser(kind, help=help_)
         k.add_argument("source", type=Path, help="folder to read")
@@ -78,7 +80,9 @@ def register(subparsers) -> None:
         if kind != "legacy":
             k.add_argument("--tokenizer", type=Path, help="tokenizer.json (default: the one in SOURCE)")
         if kind in ("from-bert", "from-hf"):
-            k.add_argument("--attention", help="nystrom-<landmarks> or softmax (default: the source's / nystrom-64)")
+            k.add_argument(
+                "--attention", help="nystrom-<landmarks> or softmax (default: the source's / nystrom-64)"
+            )
             k.add_argument("--conv-kernel", type=lambda t: None if t in ("0", "none") else positive_int(t),
                            default=None, help="conv skip kernel with --attention nystrom-m (default none)")  # fmt: skip
         if kind == "to-hf":

@@ -1,0 +1,177 @@
+"""Building blocks of the encoder: embeddings, feed-forward, attention construction, masks, and the
+attention weights ``output_attentions`` returns.
+
+Legend: b batch, n tokens, e hidden size, f FFN width, v vocabulary, p position-table rows, h heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nystrom.functional.attention import nystrom_factors
+from nystrom.functional.dropout import Dropout
+from nystrom.model.configuration_nystromformer import NystromformerConfig
+
+#: ``output_attentions=True`` materialises (b, h, n, n) per layer; longer inputs raise instead
+MAX_ATTENTION_TOKENS = 4096
+
+
+def activation(name: str, x: torch.Tensor) -> torch.Tensor:
+    if name == "gelu":
+        return F.gelu(x)
+    if name == "gelu_new":  # tanh approximation, HF's "gelu_new"
+        return F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu(x)
+    raise ValueError(f"unknown activation {name!r}")
+
+
+def to_key_padding_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, name: str = "attention_mask"):
+    """transformers' mask (b, n) of 0/1 (any int/float dtype) or bool -> bool (b, n), True = real token."""
+    if attention_mask is None:
+        return None
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a (batch, tokens) tensor of 0/1 or bool, got {type(attention_mask).__name__}"
+        )
+    if tuple(attention_mask.shape) != (b, n):
+        raise ValueError(
+            f"{name} must have shape (batch, tokens) = ({b}, {n}), got {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.dtype == torch.bool:
+        return attention_mask
+    if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        raise ValueError(f"{name} must hold only 0 (padding) and 1 (real token), or be a bool tensor")
+    return attention_mask != 0
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean over real tokens: ``x`` (b, n, e), mask (b, n) bool or None -> (b, e)."""
+    if mask is None:
+        return x.mean(1)
+    w = mask.to(x.dtype).unsqueeze(-1)  # (b, n, 1)
+    return (x * w).sum(1) / w.sum(1).clamp_min(1.0)  # (b, e)
+
+
+def check_ids(name: str, ids: torch.Tensor, shape: tuple[int, ...] | None, limit: int) -> None:
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            f"{name} must be an int64/int32 tensor, got {getattr(ids, 'dtype', type(ids).__name__)}"
+        )
+    if shape is not None and tuple(ids.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(ids.shape)}")
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+        raise ValueError(
+            f"{name} must lie in [0, {limit}), got values in [{int(ids.min())}, {int(ids.max())}]"
+        )
+
+
+class Embeddings(nn.Module):
+    """word (or ``inputs_embeds``) + learned position (+ token type) -> (LayerNorm) -> dropout: (b, n, e)."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__()
+        e = config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, e, padding_idx=config.pad_token_id)
+        self.offset = config.position_offset  # rows before position 0 (HF Nystromformer: 2)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings + self.offset, e)
+        self.token_type_embeddings = (
+            nn.Embedding(config.type_vocab_size, e) if config.type_vocab_size else None
+        )
+        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps) if config.embedding_norm else None
+        self.dropout = Dropout(config.dropout)
+
+    def forward(
+        self,
+        inputs_embeds: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        b, n, _ = inputs_embeds.shape
+        p = self.position_embeddings.num_embeddings - self.offset
+        if position_ids is None:
+            if n > p:
+                raise ValueError(
+                    f"input has {n} tokens but the position table holds {p} (config.max_position_embeddings);"
+                    f" extend it with model.resize_position_embeddings({n}), which tiles the learned rows"
+                )
+            x = inputs_embeds + self.position_embeddings.weight[self.offset : self.offset + n]  # (b, n, e)
+        else:
+            check_ids("position_ids", position_ids, None, p)
+            x = inputs_embeds + self.position_embeddings(position_ids.expand(b, n) + self.offset)  # (b, n, e)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                x = x + self.token_type_embeddings.weight[0]
+            else:
+                check_ids("token_type_ids", token_type_ids, (b, n), self.token_type_embeddings.num_embeddings)
+                x = x + self.token_type_embeddings(token_type_ids)  # (b, n, e)
+        elif token_type_ids is not None and bool(token_type_ids.any()):
+            raise ValueError(
+                "token_type_ids given but the model has no token-type table (config.type_vocab_size=0)"
+            )
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
+
+
+class FeedForward(nn.Module):
+    """Linear(e -> f) -> act -> dropout -> Linear(f -> e) -> dropout: (b, n, e) -> (b, n, e)."""
+
+    def __init__(self, config: NystromformerConfig) -> None:
+        super().__init__()
+        self.act = config.hidden_act
+        self.dense_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.dense_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.inner_dropout = Dropout(config.activation_dropout)
+        self.dropout = Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = self.inner_dropout(activation(self.act, self.dense_in(x)))  # (b, n, f)
+        return self.dropout(self.dense_out(hidden))  # (b, n, e)
+
+
+def build_attention(config: NystromformerConfig) -> nn.Module:
+    from nystrom.attention import REGISTRY
+
+    options = {k: v for k, v in config.attention.items() if k != "name"}
+    return REGISTRY[config.attention["name"]](
+        config.hidden_size,
+        heads=config.num_attention_heads,
+        dim_head=config.head_dim,
+        qkv_bias=config.qkv_bias,
+        dropout=config.dropout,
+        **options,
+    )
+
+
+def attention_matrix(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The (b, h, n, n) attention weights the module applies to ``x`` (b, n, e): F·A⁺·B for Nyström,
+    softmax(QKᵀ/√d) for softmax attention (the conv skip is not part of it). For inspection only."""
+    n = x.shape[1]
+    if n > MAX_ATTENTION_TOKENS:
+        raise ValueError(
+            f"output_attentions=True holds a (batch, heads, {n}, {n}) matrix per layer; it is limited to"
+            f" n <= {MAX_ATTENTION_TOKENS} tokens (nystrom.model.MAX_ATTENTION_TOKENS). Use"
+            " nystrom.functional.nystrom_factors for the O(n·m) factors of longer inputs"
+        )
+    name = getattr(attn, "name", "")
+    if name not in ("nystrom", "softmax"):
+        raise ValueError(
+            f"output_attentions is available for 'nystrom' and 'softmax' attention, not {name!r}"
+        )
+    h, d = attn.heads, attn.dim_head
+    q, k, _ = attn.qkv(x).unflatten(-1, (3, h, d)).permute(2, 0, 3, 1, 4)  # each (b, h, n, d)
+    if name == "softmax":
+        s = (q @ k.mT).float() / math.sqrt(d)  # (b, h, n, n)
+        if mask is not None:
+            s = s.masked_fill(~mask[:, None, None, :], float("-inf"))
+        return torch.softmax(s, -1).to(x.dtype)
+    f, z, b = nystrom_factors(
+        q, k, num_landmarks=attn.num_landmarks, key_padding_mask=mask,
+        pinv_iterations=attn.pinv_iterations, pinv=attn.pinv, pinv_init=attn.pinv_init,
+    )  # fmt: skip
+    return (f @ z @ b).to(x.dtype)  # (b, h, n, n)
