@@ -11,14 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from nystrom.argtypes import positive_int
+from nystrom.argtypes import existing_dir, existing_file, output_dir, positive_int
 
 
 def _tokenizer(args: argparse.Namespace) -> Path | None:
     if args.tokenizer is not None:
-        if not Path(args.tokenizer).is_file():
-            raise FileNotFoundError(f"--tokenizer {args.tokenizer}: no such file")
-        return Path(args.tokenizer)
+        return Path(args.tokenizer)  # checked by argparse (existing_file)
     beside = Path(args.source) / "tokenizer.json"
     return beside if beside.is_file() else None
 
@@ -26,8 +24,8 @@ def _tokenizer(args: argparse.Namespace) -> Path | None:
 def _write(model, args: argparse.Namespace, write) -> int:
     from nystrom.model import save_tokenizer
 
-    write(model, args.out)
     tok = _tokenizer(args)
+    write(model, args.out)
     if tok is None:
         print(f"[nystrom] note: {args.source} has no tokenizer.json; {args.out} has no tokenizer"
               " (give --tokenizer tokenizer.json)", file=sys.stderr)  # fmt: skip
@@ -75,10 +73,12 @@ def register(subparsers) -> None:
         ("legacy", 'an old nystrom folder ("format": "nystrom") -> a transformers folder'),
     ):
         k = kinds.add_parser(kind, help=help_)
-        k.add_argument("source", type=Path, help="folder to read")
-        k.add_argument("out", type=Path, help="folder to write")
+        k.add_argument("source", type=existing_dir, help="folder to read")
+        k.add_argument("out", type=output_dir, help="folder to write")
         if kind != "legacy":
-            k.add_argument("--tokenizer", type=Path, help="tokenizer.json (default: the one in SOURCE)")
+            k.add_argument(
+                "--tokenizer", type=existing_file, help="tokenizer.json (default: the one in SOURCE)"
+            )
         if kind in ("from-bert", "from-hf"):
             k.add_argument(
                 "--attention", help="nystrom-<landmarks> or softmax (default: the source's / nystrom-64)"
