@@ -275,3 +275,9 @@ def test_shard_index_names_must_stay_in_the_folder(tmp_path):
     index = {"metadata": {}, "weight_map": dict.fromkeys(state, "part-1.safetensors")}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     assert type(from_hf(folder)).__name__ == "NystromformerModel"  # a sharded folder loads
+
+
+def test_our_config_class_refuses_transformers_nystromformer_folders(tmp_path):
+    _, folder = hf_folder(tmp_path, transformers.NystromformerModel, nystrom=False)
+    with pytest.raises(ValueError, match=r"model_type 'nystromformer'.*nystrom\.from_hf"):
+        NystromformerModel.from_pretrained(folder)

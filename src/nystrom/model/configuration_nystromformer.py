@@ -146,6 +146,13 @@ class NystromformerConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs: Any) -> None:
         if kwargs.get("format") == "nystrom":
             raise ValueError(LEGACY_MESSAGE.format(source="this config.json"))
+        if kwargs.get("model_type") not in (None, MODEL_TYPE):
+            how = {"nystromformer": "convert it with nystrom.from_hf(folder) (or `nystrom convert from-hf`)",
+                   "bert": "convert it with nystrom.from_bert(folder) (or `nystrom convert from-bert`)"}  # fmt: skip
+            raise ValueError(
+                f"this config.json has model_type {kwargs['model_type']!r}, not {MODEL_TYPE!r}; "
+                + how.get(kwargs["model_type"], "nystrom converts only 'bert' and 'nystromformer' folders")
+            )
         probs = kwargs.pop("attention_probs_dropout_prob", None)
         if probs not in (None, 0, 0.0):
             raise ValueError(
