@@ -315,3 +315,22 @@ def test_pipelines_on_saved_folders(tmp_path, tokenizer_file):
     )
     n = len(feats.tokenizer(text)["input_ids"])
     assert torch.tensor(feats(text)).shape == (1, n, 16)
+
+
+def test_the_fine_tuning_script_in_the_docs_runs(tmp_path, tokenizer_file, monkeypatch):
+    """docs/models.md's Trainer script, on a pre-training folder (fewer steps), writes a pipeline-ready folder."""
+    from nystrom.model import NystromformerForPreTraining
+
+    doc = (Path(__file__).parents[1] / "docs" / "models.md").read_text()
+    script = next(b.split("```")[0] for b in doc.split("```python\n") if "Trainer(model" in b)
+    assert len(script.strip().splitlines()) <= 30
+    folder = folder_with_tokenizer(
+        NystromformerForPreTraining(tiny(vocab_size=200)), tokenizer_file, tmp_path / "pre"
+    )
+    for old, new in (('"runs/pre/model"', repr(folder)), ("max_steps=20", "max_steps=2")):
+        assert old in script
+        script = script.replace(old, new)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(script, "docs/models.md", "exec"), {})
+    clf = transformers.pipeline("text-classification", model=str(tmp_path / "runs" / "clf" / "model"))
+    assert clf("a gripping film")[0]["label"] in ("neg", "pos")
