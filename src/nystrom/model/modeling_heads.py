@@ -37,6 +37,9 @@ from nystrom.model.head_layers import (
 )
 from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
 
+T = torch.Tensor | None  # the optional tensor arguments of every forward
+B = bool | None  # the optional switches (None = the config's setting)
+
 
 class NystromformerForMaskedLM(NystromformerPreTrainedModel):
     """Encoder + tied MLM head: ``logits`` (b, n, v); ``labels`` (b, n) with -100 = ignore."""
@@ -59,8 +62,9 @@ class NystromformerForMaskedLM(NystromformerPreTrainedModel):
         self.lm_head.decoder = new
 
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
+        return_dict: B = None,
     ) -> MaskedLMOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
@@ -91,9 +95,9 @@ class NystromformerForPreTraining(NystromformerForMaskedLM):
         self.post_init()
 
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels: torch.Tensor | None = None, sentence_order_label: torch.Tensor | None = None,
-        output_attentions=None, output_hidden_states=None, return_dict=None,
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, labels: T = None, sentence_order_label: T = None, output_attentions: B = None,
+        output_hidden_states: B = None, return_dict: B = None,
     ) -> NystromformerForPreTrainingOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
@@ -124,8 +128,9 @@ class NystromformerForSequenceClassification(NystromformerPreTrainedModel):
         self.post_init()
 
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
+        return_dict: B = None,
     ) -> SequenceClassifierOutput | tuple:  # fmt: skip
         out, mask = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
@@ -159,7 +164,7 @@ class NystromformerForDualSequenceClassification(NystromformerPreTrainedModel):
         input_ids_2: torch.Tensor,
         attention_mask_1: torch.Tensor | None = None,
         attention_mask_2: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
+        labels: T = None,
         token_type_ids_1: torch.Tensor | None = None,
         token_type_ids_2: torch.Tensor | None = None,
         return_dict: bool | None = None,
@@ -190,8 +195,9 @@ class NystromformerForTokenClassification(NystromformerPreTrainedModel):
         self.post_init()
 
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
+        return_dict: B = None,
     ) -> TokenClassifierOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
@@ -216,9 +222,9 @@ class NystromformerForQuestionAnswering(NystromformerPreTrainedModel):
         self.post_init()
 
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        start_positions: torch.Tensor | None = None, end_positions: torch.Tensor | None = None,
-        output_attentions=None, output_hidden_states=None, return_dict=None,
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, start_positions: T = None, end_positions: T = None, output_attentions: B = None,
+        output_hidden_states: B = None, return_dict: B = None,
     ) -> QuestionAnsweringModelOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
@@ -255,8 +261,9 @@ class NystromformerForMultipleChoice(NystromformerPreTrainedModel):
         self.post_init()
 
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-        labels: torch.Tensor | None = None, output_attentions=None, output_hidden_states=None, return_dict=None,
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
+        return_dict: B = None,
     ) -> MultipleChoiceModelOutput | tuple:  # fmt: skip
         first = input_ids if input_ids is not None else inputs_embeds
         if first is None or first.dim() < 3:
