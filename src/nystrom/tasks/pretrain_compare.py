@@ -14,7 +14,7 @@ from pathlib import Path
 from nystrom.data.text import load_tokenizer
 from nystrom.model import NystromformerConfig, minilm_path
 from nystrom.tasks.pretrain import PretrainRun, run_pretrain
-from nystrom.tasks.text_models import PAPER_CONV_KERNEL, parse_attention
+from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_config, parse_attention
 from nystrom.training.logging import read_metrics
 
 METRICS = ("mlm_accuracy", "sop_accuracy")
@@ -149,11 +149,11 @@ class CompareRun:
         )  # fmt: skip
         path = self.out / "model.json"
         if path.is_file():
-            if NystromformerConfig.load(path).to_dict() != cfg.to_dict():
+            if load_config(str(path)).definition() != cfg.definition():
                 raise ValueError(f"{path} holds another model; use another --out or the same width options")
         else:
             self.out.mkdir(parents=True, exist_ok=True)
-            cfg.save(path)
+            cfg.to_json_file(path)
         return path
 
 
