@@ -35,10 +35,7 @@ from nystrom.model.head_layers import (
     pool,
     sequence_loss,
 )
-from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
-
-T = torch.Tensor | None  # the optional tensor arguments of every forward
-B = bool | None  # the optional switches (None = the config's setting)
+from nystrom.model.modeling_nystromformer import B, NystromformerModel, NystromformerPreTrainedModel, T
 
 
 class NystromformerForMaskedLM(NystromformerPreTrainedModel):

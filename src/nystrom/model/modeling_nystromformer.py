@@ -29,6 +29,9 @@ from nystrom.model.layers import (
     to_key_padding_mask,
 )
 
+T = torch.Tensor | None  # the optional tensor arguments of every forward
+B = bool | None  # the optional switches (None = the config's setting)
+
 
 class EncoderLayer(GradientCheckpointingLayer):
     """One block: ``x`` (b, n, e), ``mask`` (b, n) bool or None -> (b, n, e) and, when asked, (b, h, n, n)."""
@@ -158,16 +161,9 @@ class NystromformerModel(NystromformerPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def encode(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        *,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-    ) -> tuple[BaseModelOutputWithPooling, torch.Tensor | None]:
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, *, output_attentions: B = None, output_hidden_states: B = None,
+    ) -> tuple[BaseModelOutputWithPooling, torch.Tensor | None]:  # fmt: skip
         """The model output and the bool padding mask (b, n) (None = no padding), for the heads."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(
@@ -208,16 +204,9 @@ class NystromformerModel(NystromformerPreTrainedModel):
         return out, mask
 
     def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-    ) -> BaseModelOutputWithPooling | tuple:
+        self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
+        inputs_embeds: T = None, output_attentions: B = None, output_hidden_states: B = None, return_dict: B = None,
+    ) -> BaseModelOutputWithPooling | tuple:  # fmt: skip
         """``input_ids`` (b, n) or ``inputs_embeds`` (b, n, e); ``attention_mask`` (b, n), 1 = real token."""
         out, _ = self.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
