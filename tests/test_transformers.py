@@ -334,3 +334,17 @@ def test_the_fine_tuning_script_in_the_docs_runs(tmp_path, tokenizer_file, monke
     exec(compile(script, "docs/models.md", "exec"), {})
     clf = transformers.pipeline("text-classification", model=str(tmp_path / "runs" / "clf" / "model"))
     assert clf("a gripping film")[0]["label"] in ("neg", "pos")
+
+
+def test_model_code_adds_no_graph_breaks_under_torch_compile():
+    """Value checks of ids and masks run on CPU outside torch.compile only (they would sync an accelerator
+    and break the graph); no graph break may come from nystrom/model/ (the attention's own are its own)."""
+    import torch._dynamo
+
+    model = NystromformerForSequenceClassification(tiny(num_hidden_layers=1)).eval()
+    ids, mask = torch.randint(0, 60, (2, 12)), torch.ones(2, 12, dtype=torch.long)
+    mask[1, 8:] = 0
+    explained = torch._dynamo.explain(model)(ids, attention_mask=mask)
+    frames = [[f.filename for f in b.user_stack if "nystrom" in f.filename] for b in explained.break_reasons]
+    assert not [f[-1] for f in frames if f and "nystrom/model/" in f[-1]]
+    torch._dynamo.reset()

@@ -30,6 +30,13 @@ def activation(name: str, x: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown activation {name!r}")
 
 
+def checks_values(t: torch.Tensor) -> bool:
+    """Whether to check ``t``'s values: on CPU outside torch.compile only. Why: reading a value back syncs
+    an accelerator on every call and breaks a compiled graph; there an out-of-range id still fails (a
+    device-side assert), and a mask is read as ``!= 0``."""
+    return t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
 def to_key_padding_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, name: str = "attention_mask"):
     """transformers' mask (b, n) of 0/1 (any int/float dtype) or bool -> bool (b, n), True = real token."""
     if attention_mask is None:
@@ -44,7 +51,7 @@ def to_key_padding_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, 
         )
     if attention_mask.dtype == torch.bool:
         return attention_mask
-    if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+    if checks_values(attention_mask) and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError(f"{name} must hold only 0 (padding) and 1 (real token), or be a bool tensor")
     return attention_mask != 0
 
@@ -64,7 +71,7 @@ def check_ids(name: str, ids: torch.Tensor, shape: tuple[int, ...] | None, limit
         )
     if shape is not None and tuple(ids.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(ids.shape)}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+    if checks_values(ids) and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
         raise ValueError(
             f"{name} must lie in [0, {limit}), got values in [{int(ids.min())}, {int(ids.max())}]"
         )
