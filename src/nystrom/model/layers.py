@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nystrom.functional.attention import nystrom_factors
+from nystrom.functional.checks import value_checks_enabled
 from nystrom.functional.dropout import Dropout
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 
@@ -30,14 +31,7 @@ def activation(name: str, x: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown activation {name!r}")
 
 
-def checks_values(t: torch.Tensor) -> bool:
-    """Whether to check ``t``'s values: on CPU outside torch.compile only. Why: reading a value back syncs
-    an accelerator on every call and breaks a compiled graph; there an out-of-range id still fails (a
-    device-side assert), and a mask is read as ``!= 0``."""
-    return t.device.type == "cpu" and not torch.compiler.is_compiling()
-
-
-def to_key_padding_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, name: str = "attention_mask"):
+def to_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, name: str = "attention_mask"):
     """transformers' mask (b, n) of 0/1 (any int/float dtype) or bool -> bool (b, n), True = real token."""
     if attention_mask is None:
         return None
@@ -51,7 +45,9 @@ def to_key_padding_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, 
         )
     if attention_mask.dtype == torch.bool:
         return attention_mask
-    if checks_values(attention_mask) and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+    if value_checks_enabled(attention_mask) and not bool(
+        ((attention_mask == 0) | (attention_mask == 1)).all()
+    ):
         raise ValueError(f"{name} must hold only 0 (padding) and 1 (real token), or be a bool tensor")
     return attention_mask != 0
 
@@ -71,7 +67,7 @@ def check_ids(name: str, ids: torch.Tensor, shape: tuple[int, ...] | None, limit
         )
     if shape is not None and tuple(ids.shape) != shape:
         raise ValueError(f"{name} must have shape {shape}, got {tuple(ids.shape)}")
-    if checks_values(ids) and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
+    if value_checks_enabled(ids) and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= limit):
         raise ValueError(
             f"{name} must lie in [0, {limit}), got values in [{int(ids.min())}, {int(ids.max())}]"
         )
@@ -178,7 +174,7 @@ def attention_matrix(attn: nn.Module, x: torch.Tensor, mask: torch.Tensor | None
             s = s.masked_fill(~mask[:, None, None, :], float("-inf"))
         return torch.softmax(s, -1).to(x.dtype)
     f, z, b = nystrom_factors(
-        q, k, num_landmarks=attn.num_landmarks, key_padding_mask=mask,
+        q, k, num_landmarks=attn.num_landmarks, mask=mask,
         pinv_iterations=attn.pinv_iterations, pinv=attn.pinv, pinv_init=attn.pinv_init,
     )  # fmt: skip
     return (f @ z @ b).to(x.dtype)  # (b, h, n, n)

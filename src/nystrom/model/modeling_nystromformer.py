@@ -26,7 +26,7 @@ from nystrom.model.layers import (
     attention_matrix,
     build_attention,
     check_ids,
-    to_key_padding_mask,
+    to_mask,
 )
 
 T = torch.Tensor | None  # the optional tensor arguments of every forward
@@ -50,9 +50,9 @@ class EncoderLayer(GradientCheckpointingLayer):
         a_in = self.attention_norm(x) if self.pre_norm else x
         probs = attention_matrix(self.attention, a_in, mask) if output_attentions else None
         if self.pre_norm:
-            x = x + self.attention(a_in, mask)  # (b, n, e)
+            x = x + self.attention(a_in, mask=mask)  # (b, n, e)
             return x + self.ffn(self.ffn_norm(x)), probs
-        x = self.attention_norm(x + self.attention(x, mask))  # (b, n, e)
+        x = self.attention_norm(x + self.attention(x, mask=mask))  # (b, n, e)
         return self.ffn_norm(x + self.ffn(x)), probs
 
 
@@ -69,8 +69,8 @@ class Encoder(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None,
         *,
-        output_attentions: bool,
-        output_hidden_states: bool,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
         """(b, n, e) -> last hidden state, the inputs of every layer + the output, every layer's weights."""
         states: list[torch.Tensor] = []
@@ -185,7 +185,7 @@ class NystromformerModel(NystromformerPreTrainedModel):
                 f" got {tuple(inputs_embeds.shape)}"
             )
         b, n, _ = inputs_embeds.shape
-        mask = to_key_padding_mask(attention_mask, b, n)
+        mask = to_mask(attention_mask, b, n)
         x = self.embeddings(inputs_embeds, token_type_ids, position_ids)  # (b, n, e)
         hidden, states, weights = self.encoder(
             x,
