@@ -184,7 +184,7 @@ def summarize(run: PretrainRun) -> dict:
     dev = [r for r in recs if r["split"] == "dev"]
     steps = max((r["step"] for r in train_recs), default=0)
     out.update(steps=steps, finished=_finished(run), tokens_seen=steps * cfg.batch_size * run.length())
-    out["wall_time_s"] = round(wall_time(train_recs), 1)
+    out["wall_time_s"] = round(wall_time(train_recs), 3)
     if dev:
         best = max(dev, key=lambda r: (r["mlm_accuracy"], -r["step"]))
         out.update(
