@@ -10,8 +10,9 @@ import torch
 from nystrom.data.glue import encode_pair, load_glue_file, load_imdb_reviews, load_task, read_tsv
 from nystrom.data.text import train_wordpiece
 from nystrom.model import NystromformerConfig
-from nystrom.tasks.finetune import FinetuneRun, classification_f1, classification_step, f1_score
+from nystrom.tasks.finetune import FinetuneRun, make_step
 from nystrom.tasks.text_commands import main
+from nystrom.training.metrics import check_metric, single_label_metrics
 
 FIX = Path(__file__).parent / "fixtures" / "text"
 GLUE, IMDB = FIX / "glue", FIX / "aclImdb"
@@ -66,21 +67,30 @@ def test_imdb_reader():
     assert "<br" not in train.text_a[2] and train.text_a[2].startswith("This movie was wonderful.")
 
 
+def f1_score(pred: list[int], gold: list[int]) -> float:
+    """F1 of class 1, written plainly."""
+    tp = sum(p == 1 and g == 1 for p, g in zip(pred, gold))
+    fp = sum(p == 1 and g != 1 for p, g in zip(pred, gold))
+    fn = sum(p != 1 and g == 1 for p, g in zip(pred, gold))
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
 def test_f1_against_a_hand_computed_example():
     pred, gold = [1, 1, 0, 0, 1, 0], [1, 0, 1, 0, 1, 0]  # tp 2, fp 1, fn 1, tn 2
-    assert f1_score(pred, gold) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
-    assert f1_score([0, 0], [1, 0]) == 0.0
+    logits = torch.nn.functional.one_hot(torch.tensor(pred), 2).float()
+    m = single_label_metrics(logits, torch.tensor(gold))
+    assert m["f1"] == pytest.approx(2 * 2 / (2 * 2 + 1 + 1)) == pytest.approx(f1_score(pred, gold))
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    assert m["macro_f1"] == pytest.approx((2 / 3 + 2 / 3) / 2)  # class 0: tp 2, fp 1, fn 1 as well
+    assert single_label_metrics(torch.tensor([[1.0, 0.0], [1.0, 0.0]]), torch.tensor([1, 0]))["f1"] == 0.0
 
     class Fixed(torch.nn.Module):
-        def forward(self, labels, **_):
-            logits = torch.nn.functional.one_hot(torch.tensor(pred), 2).float()
-            return type("O", (), {"logits": logits, "loss": torch.tensor(0.0)})
+        def forward(self, **_):
+            return type("O", (), {"logits": logits})
 
-    _, m = classification_step(Fixed(), {"labels": torch.tensor(gold)})
-    assert m["accuracy"] == (4.0, 6)
-    means = {k: m[k][0] / m[k][1] for k in ("tp", "fp", "fn")}
-    assert classification_f1(means)["f1"] == pytest.approx(2 / 3)
-    assert classification_f1({"tp": 0.0, "fp": 0.5, "fn": 0.5})["f1"] == 0.0
+    loss, rows = make_step("single_label_classification")(Fixed(), {"labels": torch.tensor(gold)})
+    assert torch.equal(rows["logits"], logits) and torch.equal(rows["labels"], torch.tensor(gold))
+    assert float(loss) == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.tensor(gold))))
 
 
 def test_pair_encoding_truncates_longest_first(setup):
@@ -108,7 +118,7 @@ def _predictions(path: Path) -> list[list[str]]:
 
 def test_finetune_sst2_writes_predictions(setup, tmp_path):
     res = _run(setup, "sst2", tmp_path, GLUE)
-    assert res["dev"]["examples"] == 4 and 0 <= res["dev"]["accuracy"] <= 1 and "f1" not in res["dev"]
+    assert res["dev"]["examples"] == 4 and 0 <= res["dev"]["accuracy"] <= 1
     dev = _predictions(tmp_path / "predictions_dev.tsv")
     test = _predictions(tmp_path / "predictions_test.tsv")
     assert [r[0] for r in dev] == ["0", "1", "2", "3"] and [r[0] for r in test] == ["0", "1", "2"]
@@ -143,9 +153,13 @@ def test_finetune_selects_best_dev_step_by_f1(setup, tmp_path):
     assert (res["loop"]["best_dev"], res["loop"]["best_step"]) == (best["f1"], best["step"])
 
 
-def test_select_metric_f1_needs_a_task_that_reports_it():
-    with pytest.raises(ValueError, match="F1 is reported for mrpc, qqp only"):
-        FinetuneRun(task="sst2", data=GLUE, out=Path("unused"), select_metric="f1")
+def test_metric_must_be_one_the_task_reports():
+    with pytest.raises(ValueError, match="f1 is the F1 of class 1 of a two-class task"):
+        check_metric("f1", "single_label_classification", 3)
+    with pytest.raises(ValueError, match="'pearson' is not reported for single_label_classification"):
+        check_metric("pearson", "single_label_classification", 2)
+    with pytest.raises(ValueError, match="give either --train-file FILE or a GLUE/IMDB task"):
+        FinetuneRun(out=Path("unused"))
 
 
 def test_imdb_from_a_pretrain_run(setup, tmp_path):

@@ -136,10 +136,10 @@ def test_official_preset_matches_the_released_schedule(task):
 
 def test_overrides_and_model_options():
     cfg = train_config(
-        LRARun(task="listops", steps=500, batch_size=8, lr=3e-4, seed=4, bf16=True, eval_batches=2)
+        LRARun(task="listops", steps=500, batch_size=8, lr=3e-4, seed=4, precision="bf16", eval_batches=2)
     )
-    assert (cfg.steps, cfg.warmup, cfg.batch_size, cfg.lr, cfg.seed, cfg.bf16, cfg.eval_batches) == (
-        500, 100, 8, 3e-4, 4, True, 2,
+    assert (cfg.steps, cfg.warmup, cfg.batch_size, cfg.lr, cfg.seed, cfg.precision, cfg.eval_batches) == (
+        500, 100, 8, 3e-4, 4, "bf16", 2,
     )  # fmt: skip
     assert model_config(LRARun(task="text", pool_padding=True)).pooling == "mean_with_padding"
     image = model_config(LRARun(task="image"))

@@ -40,7 +40,7 @@ def collate(items: list[dict]) -> dict:
 def step(model: nn.Module, batch: dict):
     logits = model(batch["x"])
     loss = nn.functional.cross_entropy(logits, batch["y"])
-    correct = float((logits.argmax(-1) == batch["y"]).sum())
+    correct = (logits.argmax(-1) == batch["y"]).sum()  # a tensor: the loop reads it only when evaluating
     return loss, {"accuracy": (correct, len(batch["y"]))}
 
 
@@ -82,9 +82,10 @@ if __name__ == "__main__":
     p.add_argument("--kill-at", type=int)
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--no-dropout", action="store_true")
+    p.add_argument("--device", default="cpu")
     a = p.parse_args()
     task = make_task(a.kill_at, dropout=not a.no_dropout)
-    res = train(task, config(grad_accum=a.grad_accum), a.out, progress=False)
+    res = train(task, config(grad_accum=a.grad_accum, device=a.device), a.out, progress=False)
     if int(os.environ.get("RANK", "0")) == 0:
         print(res)
     shutdown_distributed()

@@ -152,3 +152,45 @@ def names_from(allowed: tuple[str, ...] | list[str], *, what: str = "names"):
 
     parse.__name__ = what  # argparse names the type in its messages
     return parse
+
+
+def device(text: str) -> str:
+    """A device that exists on this machine (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``), checked at once."""
+    from nystrom.training.device import resolve_device
+
+    try:
+        resolve_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix(f"--device {text}: ")) from err
+    return text
+
+
+def add_device_options(p: argparse.ArgumentParser, *, training: bool = True) -> None:
+    """``--device`` (and for training ``--precision``, ``--compile`` and the deprecated ``--bf16``)."""
+    p.add_argument(
+        "--device", type=device, default="auto",
+        help="auto (CUDA when available, default), cpu, cuda, cuda:N or mps; under torchrun cuda:LOCAL_RANK",
+    )  # fmt: skip
+    p.add_argument(
+        "--precision", choices=("fp32", "bf16", "fp16"), default=None,
+        help="fp32 (default); bf16 or fp16 autocast (fp16 with loss scaling)",
+    )  # fmt: skip
+    if training:
+        p.add_argument("--compile", action="store_true", help="torch.compile the model for training")
+        p.add_argument("--bf16", action="store_true", help="deprecated: same as --precision bf16")
+
+
+def device_options(args: argparse.Namespace) -> dict:
+    """``{"device", "precision"[, "compile"]}`` from :func:`add_device_options`' arguments."""
+    precision = args.precision
+    if getattr(args, "bf16", False):
+        if precision not in (None, "bf16"):
+            raise UsageError(f"--bf16 contradicts --precision {precision}; give only --precision")
+        import warnings
+
+        warnings.warn("--bf16 is deprecated; use --precision bf16", FutureWarning, stacklevel=2)
+        precision = "bf16"
+    opts = {"device": args.device, "precision": precision or "fp32"}
+    if hasattr(args, "compile"):
+        opts["compile"] = args.compile
+    return opts

@@ -1,13 +1,18 @@
-"""``nystrom finetune TASK``: GLUE (sst2, mrpc, qnli, qqp, mnli) and IMDB fine-tuning (the paper's Table 2).
+"""``nystrom finetune``: sequence classification and regression on the user's files or GLUE / IMDB.
 
 Legend: b batch, n tokens, c classes.
 
-The paper's settings: batch 32, AdamW lr 3e-5, 4 epochs (MRPC: the best of batch {8, 16, 32} x lr
-{2e-5, 3e-5, 4e-5, 5e-5}, :data:`MRPC_GRID`), linear decay after a 10% warm-up (BERT's fine-tuning
-recipe; the paper does not state one), weight decay 0.01. The loop keeps the best dev accuracy (one
-evaluation per epoch); those weights then predict every dev split (MNLI: matched and mismatched) and
-any unlabelled GLUE test file, written as ``predictions_<split>.tsv`` (``index\\tprediction``, GLUE's
-submission format), with accuracy and, for MRPC/QQP, F1 of the positive class.
+Data: ``--train-file`` (CSV, TSV or JSONL; :mod:`nystrom.data.tables`) with optional
+``--validation-file`` / ``--test-file``, or a GLUE task / IMDB folder (``TASK --data DIR``); both become
+the same :class:`~nystrom.data.glue.Examples` and go through one path. Labels follow transformers'
+``problem_type``: class names (``id2label``), regression, multi-label; the loss and the metrics fit
+(:mod:`nystrom.training.metrics`), and ``--metric`` picks the dev metric that selects the best step.
+
+The paper's settings (GLUE/IMDB, preset ``paper``): batch 32, AdamW lr 3e-5, 4 epochs (MRPC: the best of
+batch {8, 16, 32} x lr {2e-5, 3e-5, 4e-5, 5e-5}, :data:`MRPC_GRID`), linear decay after a 10% warm-up,
+weight decay 0.01. The loop keeps the best dev weights (one evaluation per epoch); they predict every
+dev/test split, written as ``predictions_<split>.tsv`` (``index\tprediction``, GLUE's submission format),
+and are saved with the tokenizer and label names as ``OUT/model`` (``nystrom predict OUT/model``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 from nystrom.data.glue import (
@@ -29,21 +35,22 @@ from nystrom.data.glue import (
     collate_classification,
     load_task,
 )
+from nystrom.data.tables import PROBLEM_TYPES, LabelSpec, infer_labels, read_table, table_examples
 from nystrom.data.text import TextTokenizer, load_tokenizer
 from nystrom.model import NystromformerForSequenceClassification
+from nystrom.tasks.predict import decode, predict_logits, prediction_text, save_classifier
 from nystrom.tasks.pretrain import check_eval_batches
 from nystrom.tasks.text_models import (
     PAPER_CONV_KERNEL,
     load_config,
     load_source,
     parse_attention,
-    save_model_folder,
     transfer,
 )
 from nystrom.training import Task, TrainConfig, train
+from nystrom.training.metrics import DEFAULT_METRIC, MINIMISED, check_metric, task_metrics
 from nystrom.training.preflight import check_split
 
-F1_TASKS = ("mrpc", "qqp")
 MRPC_GRID = {"batch_size": (8, 16, 32), "lr": (2e-5, 3e-5, 4e-5, 5e-5)}
 
 
@@ -74,11 +81,23 @@ PRESETS: dict[str, FinetunePreset] = {
 
 @dataclass(frozen=True)
 class FinetuneRun:
-    """Options of one ``nystrom finetune`` run; None means "the preset's value"."""
+    """Options of one ``nystrom finetune`` run; None means "the preset's value" (or "none").
 
-    task: str
-    data: Path
+    Data: ``task`` + ``data`` (GLUE / IMDB), or ``train_file`` (+ ``validation_file``, ``test_file``)
+    with ``text_column``, ``text_pair_column`` and ``label_column``. ``problem_type`` None infers it from
+    the training labels; ``metric`` None takes the problem type's default (accuracy, macro_f1, pearson).
+    """
+
     out: Path
+    task: str | None = None
+    data: Path | None = None
+    train_file: Path | None = None
+    validation_file: Path | None = None
+    test_file: Path | None = None
+    text_column: str = "text"
+    text_pair_column: str | None = None
+    label_column: str = "label"
+    problem_type: str | None = None
     preset: str = "paper"
     init_from_bert: str | None = None
     from_hf: str | None = None
@@ -95,18 +114,23 @@ class FinetuneRun:
     max_eval_examples: int | None = None
     dropout: float | None = None
     seed: int = 0
-    bf16: bool = False
-    select_metric: str = "accuracy"  # dev metric that picks the best step: "accuracy", or "f1" (MRPC, QQP)
+    precision: str = "fp32"
+    device: str = "auto"
+    compile: bool = False
+    metric: str | None = None  # dev metric that picks the best step (training.metrics)
 
     def __post_init__(self) -> None:
-        if self.task not in FINETUNE_TASKS:
-            raise ValueError(f"task must be one of {FINETUNE_TASKS}, got {self.task!r}")
-        allowed = ("accuracy", "f1") if self.task in F1_TASKS else ("accuracy",)
-        if self.select_metric not in allowed:
-            raise ValueError(
-                f"select_metric for {self.task} must be one of {allowed}, got {self.select_metric!r}"
-                + ("" if self.task in F1_TASKS else f" (F1 is reported for {', '.join(F1_TASKS)} only)")
-            )
+        if (self.task is None) == (self.train_file is None):
+            raise ValueError("give either --train-file FILE or a GLUE/IMDB task with --data DIR")
+        if self.task is not None:
+            if self.task not in FINETUNE_TASKS:
+                raise ValueError(f"task must be one of {FINETUNE_TASKS}, got {self.task!r}")
+            if self.data is None:
+                raise ValueError(f"finetune {self.task}: give --data DIR (the GLUE root or aclImdb/)")
+            if self.validation_file or self.test_file:
+                raise ValueError("--validation-file/--test-file go with --train-file, not with a GLUE/IMDB task")
+        if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
+            raise ValueError(f"--problem-type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
 
@@ -114,7 +138,7 @@ class FinetuneRun:
         p = PRESETS[self.preset]
         return self.max_length or (p.imdb_max_length if self.task == "imdb" else p.max_length)
 
-    def train_config(self, num_train: int) -> TrainConfig:
+    def train_config(self, num_train: int, *, metric: str) -> TrainConfig:
         p = PRESETS[self.preset]
         batch = self.batch_size or p.batch_size
         per_epoch = math.ceil(num_train / batch)
@@ -127,11 +151,14 @@ class FinetuneRun:
             weight_decay=0.01,
             eps=1e-6,
             clip=1.0,
-            bf16=self.bf16,
+            precision=self.precision,
+            device=self.device,
+            compile=self.compile,
             eval_every=min(per_epoch, steps),
             log_every=max(1, min(10, steps // 20)),
             seed=self.seed,
-            metric=self.select_metric,
+            metric=metric,
+            metric_mode="min" if metric in MINIMISED else "max",
         )
 
 
@@ -179,51 +206,47 @@ def build_model(
     return (transfer(source, cls, cfg) if source is not None else cls(cfg)), tok
 
 
-def classification_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[float, int]]]:
-    """Cross-entropy, accuracy and the rates of true/false positives and false negatives of class 1
-    (F1 = 2tp / (2tp + fp + fn) is a ratio of these, so it survives the loop's per-metric averaging)."""
-    out = model(**batch)
-    pred, y = out.logits.argmax(-1), batch["labels"]  # (b,), (b,)
-    b = int(y.shape[0])
-    return out.loss, {
-        "accuracy": (float((pred == y).sum()), b),
-        "tp": (float(((pred == 1) & (y == 1)).sum()), b),
-        "fp": (float(((pred == 1) & (y != 1)).sum()), b),
-        "fn": (float(((pred != 1) & (y == 1)).sum()), b),
-    }
+def classification_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str) -> torch.Tensor:
+    """transformers' loss for ``problem_type``: cross-entropy, MSE (regression) or BCE-with-logits
+    (multi-label); logits (b, c), labels (b,) ids, (b,) floats or (b, c) multi-hot."""
+    if problem_type == "regression":
+        return F.mse_loss(logits.float().squeeze(-1), labels.float())
+    if problem_type == "multi_label_classification":
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+    return F.cross_entropy(logits.float(), labels)
 
 
-def classification_f1(means: dict[str, float]) -> dict[str, float]:
-    """F1 of class 1 from an evaluation's tp/fp/fn rates (shared denominators cancel; 0 without a tp)."""
-    tp, fp, fn = means["tp"], means["fp"], means["fn"]
-    return {"f1": 2 * tp / (2 * tp + fp + fn) if tp > 0 else 0.0}
+def make_step(problem_type: str):
+    """The loop's step: the loss, and the logits and labels of every example (collected for the metrics,
+    which need the whole split: macro-F1, Matthews, Spearman)."""
+
+    def step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        labels = batch["labels"]
+        logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits  # (b, c)
+        return classification_loss(logits, labels, problem_type), {"logits": logits.detach().float(), "labels": labels}
+
+    return step
 
 
-def f1_score(pred: list[int], gold: list[int], *, positive: int = 1) -> float:
-    """F1 of class ``positive`` (0.0 when there are no true positives)."""
-    tp = sum(p == positive and g == positive for p, g in zip(pred, gold))
-    fp = sum(p == positive and g != positive for p, g in zip(pred, gold))
-    fn = sum(p != positive and g == positive for p, g in zip(pred, gold))
-    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
-
-
-@torch.no_grad()
-def predict(
-    model: nn.Module, data: ClassificationDataset, *, pad_id: int, batch_size: int, bf16: bool
-) -> list[int]:
-    """Class ids (argmax of the logits (b, c)) for every item of ``data``."""
-    was = model.training
-    model.eval()
-    preds: list[int] = []
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        for lo in range(0, len(data), batch_size):
-            batch = collate_classification(
-                [data[i] for i in range(lo, min(lo + batch_size, len(data)))], pad_id=pad_id
-            )
-            batch.pop("labels", None)
-            preds += model(**batch).logits.argmax(-1).tolist()
-    model.train(was)
-    return preds
+def load_splits(run: FinetuneRun) -> tuple[dict[str, list[Examples]], LabelSpec]:
+    """``{"train": [..], "dev": [..], "test": [..]}`` and the labels, from the run's files or GLUE/IMDB task."""
+    if run.task is not None:
+        splits = load_task(run.data, run.task)
+        return splits, LabelSpec("single_label_classification", splits["train"][0].label_names)
+    cols = dict(text_column=run.text_column, text_pair_column=run.text_pair_column, label_column=run.label_column)
+    train_table = read_table(run.train_file)
+    train_table.require(run.text_column, run.text_pair_column, run.label_column)
+    labels = infer_labels(train_table, run.label_column, run.problem_type)
+    out: dict[str, list[Examples]] = {"train": [table_examples(train_table, **cols, labels=labels, name="file/train")]}
+    for split, path in (("dev", run.validation_file), ("test", run.test_file)):
+        name = "validation" if split == "dev" else "test"
+        if path is None:
+            out[split] = []
+            continue
+        table = read_table(path)
+        table.require(run.text_column, run.text_pair_column, run.label_column if split == "dev" else None)
+        out[split] = [table_examples(table, **cols, labels=labels, name=f"file/{name}")]
+    return out, labels
 
 
 def _split_name(ex: Examples) -> str:
@@ -231,16 +254,17 @@ def _split_name(ex: Examples) -> str:
 
 
 def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
-    """Fine-tune and predict; writes ``out/{finetune_results.json, predictions_*.tsv, metrics.jsonl, ...}`` and
-    ``out/model/``: the best-dev classifier with its tokenizer and label names, a transformers folder.
-
-    Returns ``{split: {"accuracy", ["f1"], "examples"}}`` for the dev splits (and ``"loop"``: the loop's results).
-    """
-    splits = load_task(run.data, run.task)
-    label_names = splits["train"][0].label_names
-    model, tok = build_model(run, len(label_names))
-    model.config.id2label = dict(enumerate(label_names))  # pipelines report these names
-    model.config.label2id = {name: i for i, name in enumerate(label_names)}
+    """Fine-tune, save ``out/model`` and predict; writes ``out/{finetune_results.json, predictions_*.tsv,
+    metrics.jsonl, ...}``. Returns ``{split: {metrics..., "examples"}}`` for the labelled dev/test splits
+    (and ``"loop"``: the loop's results)."""
+    splits, labels = load_splits(run)
+    metric = run.metric or DEFAULT_METRIC[labels.problem_type]
+    check_metric(metric, labels.problem_type, labels.num_labels)
+    model, tok = build_model(run, labels.num_labels)
+    model.config.problem_type = labels.problem_type  # transformers' loss and pipeline follow it
+    if labels.names:  # pipelines and `nystrom predict` report these names
+        model.config.id2label = dict(enumerate(labels.names))
+        model.config.label2id = {name: i for i, name in enumerate(labels.names)}
     p = PRESETS[run.preset]
     n_train = run.max_train_examples or p.max_train_examples
     n_eval = run.max_eval_examples or p.max_eval_examples
@@ -255,27 +279,30 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     def collate(items: list[dict]) -> dict[str, torch.Tensor]:
         return collate_classification(items, pad_id=pad)
 
+    def finalize(rows: dict[str, torch.Tensor]) -> dict[str, float]:
+        return task_metrics(labels.problem_type, rows["logits"], rows["labels"])
+
+    name = run.task or Path(run.train_file).stem
     task = Task(
-        model, train_set, collate, classification_step, dev=devs[0], name=f"finetune-{run.task}",
-        derived=classification_f1 if run.task in F1_TASKS else None,
+        model, train_set, collate, make_step(labels.problem_type), dev=devs[0] if devs else None,
+        name=f"finetune-{name}", finalize=finalize,
     )  # fmt: skip
-    cfg = run.train_config(len(train_set))
-    check_eval_batches(len(devs[0]), cfg)
+    cfg = run.train_config(len(train_set), metric=metric)
+    if devs:
+        check_eval_batches(len(devs[0]), cfg)
     loop_results = train(task, cfg, run.out, progress=progress)
     if (dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))) != 0:
         return {"loop": loop_results}
     results: dict = {"loop": loop_results}
-    save_model_folder(model, tok.path, run.out / "model")  # the best-dev weights (the loop reloaded them)
+    save_classifier(model, tok, labels, max_length=length, folder=run.out / "model")  # best-dev weights
     for data in devs + tests:
-        preds = predict(model, data, pad_id=pad, batch_size=cfg.batch_size, bf16=run.bf16)
-        name = _split_name(data.examples)
-        lines = ["index\tprediction"] + [f"{i}\t{label_names[k]}" for i, k in zip(data.index, preds)]
-        (run.out / f"predictions_{name}.tsv").write_text("\n".join(lines) + "\n")
+        logits = predict_logits(model, data, pad_id=pad, batch_size=cfg.batch_size, precision=run.precision)
+        split = _split_name(data.examples)
+        preds = [prediction_text(r) for r in decode(logits, labels)]
+        lines = ["index\tprediction"] + [f"{i}\t{p}" for i, p in zip(data.index, preds)]
+        (run.out / f"predictions_{split}.tsv").write_text("\n".join(lines) + "\n")
         if data.labels is not None:
-            res = {"accuracy": sum(int(a == b) for a, b in zip(preds, data.labels)) / len(preds),
-                   "examples": len(preds)}  # fmt: skip
-            if run.task in F1_TASKS:
-                res["f1"] = f1_score(preds, data.labels)
-            results[name] = res
+            gold = torch.stack([data[i]["labels"] for i in range(len(data))])
+            results[split] = task_metrics(labels.problem_type, logits, gold) | {"examples": len(data)}
     (run.out / "finetune_results.json").write_text(json.dumps(results, indent=2, sort_keys=True))
     return results

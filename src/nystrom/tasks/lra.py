@@ -72,7 +72,9 @@ class LRARun:
     eval_batches: int | None = None
     eval_every: int | None = None
     seed: int = 0
-    bf16: bool = False
+    precision: str = "fp32"  # fp32, bf16, fp16 (nystrom.training.device)
+    device: str = "auto"
+    compile: bool = False
     pool_padding: bool = False
     listops_sizes: tuple[int, int, int] | None = None
 
@@ -110,7 +112,9 @@ def train_config(run: LRARun) -> TrainConfig:
         betas=(0.9, 0.999),
         eps=1e-6,
         clip=s.clip,
-        bf16=run.bf16,
+        precision=run.precision,
+        device=run.device,
+        compile=run.compile,
         eval_every=min(run.eval_every or s.eval_every, steps),
         eval_batches=run.eval_batches,
         log_every=max(1, min(10, steps // 10)),
@@ -219,10 +223,10 @@ def load_splits(run: LRARun, out: Path) -> dict[str, Dataset]:
     return {s: load_pathfinder(root, split=s, difficulty=difficulty) for s in ("train", "dev", "test")}
 
 
-def classification_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[float, int]]]:
-    """Mean cross-entropy and the accuracy (correct, count) of one batch."""
+def classification_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, int]]]:
+    """Mean cross-entropy and the accuracy (correct, count) of one batch (a device tensor: no sync)."""
     out = model(**batch)
-    correct = float((out.logits.argmax(-1) == batch["labels"]).sum())
+    correct = (out.logits.argmax(-1) == batch["labels"]).sum()
     return out.loss, {"accuracy": (correct, int(batch["labels"].shape[0]))}
 
 

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from nystrom.argtypes import UsageError, existing_dir, output_dir, positive_float, positive_int
+from nystrom.argtypes import (
+    UsageError,
+    add_device_options,
+    device_options,
+    existing_dir,
+    output_dir,
+    positive_float,
+    positive_int,
+)
 from nystrom.tasks.lra_presets import PRESET_NAMES, TASKS, parse_attention_spec
 
 _EPILOG = """\
@@ -68,7 +76,7 @@ def run_from_args(args: argparse.Namespace):
         eval_batches=args.eval_batches,
         eval_every=args.eval_every,
         seed=args.seed,
-        bf16=args.bf16,
+        **device_options(args),
         pool_padding=args.pool_padding,
         listops_sizes=args.listops_sizes,
     )
@@ -137,7 +145,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--eval-every", type=positive_int, help="steps between dev evaluations (default: the preset's)"
     )
     p.add_argument("--seed", type=int, default=0, help="initialisation and example order (default 0)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    add_device_options(p)
     p.add_argument(
         "--pool-padding",
         action="store_true",

@@ -87,7 +87,9 @@ class PretrainRun:
     short_seq_prob: float = SHORT_SEQ_PROB
     grad_accum: int = 1
     seed: int = 0
-    bf16: bool = False
+    precision: str = "fp32"  # fp32, bf16, fp16 (nystrom.training.device)
+    device: str = "auto"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if self.preset not in PRESETS:
@@ -111,7 +113,9 @@ class PretrainRun:
             eps=1e-6,
             grad_accum=self.grad_accum,
             clip=1.0,
-            bf16=self.bf16,
+            precision=self.precision,
+            device=self.device,
+            compile=self.compile,
             eval_every=min(self.eval_every or p.eval_every, steps),
             eval_batches=self.eval_batches or p.eval_batches,
             log_every=max(1, min(10, steps // 20)),
@@ -151,15 +155,16 @@ class PreTrainingObjective(nn.Module):
         return mlm + sop, mlm.detach(), sop.detach(), mlm_correct, sel.sum(), sop_correct
 
 
-def pretrain_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[float, int]]]:
-    """Loss and ``mlm_accuracy`` (over masked tokens), ``sop_accuracy``, ``mlm_loss``, ``sop_loss``."""
+def pretrain_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, int]]]:
+    """Loss and ``mlm_accuracy`` (over masked tokens), ``sop_accuracy``, ``mlm_loss``, ``sop_loss``
+    (device tensors: the loop reads them once per evaluation, never per step)."""
     loss, mlm, sop, mlm_correct, masked, sop_correct = model(**batch)
     b = int(batch["input_ids"].shape[0])
     return loss, {
-        "mlm_accuracy": (float(mlm_correct), int(masked)),
-        "sop_accuracy": (float(sop_correct), b),
-        "mlm_loss": (float(mlm) * b, b),
-        "sop_loss": (float(sop) * b, b),
+        "mlm_accuracy": (mlm_correct, masked),
+        "sop_accuracy": (sop_correct, b),
+        "mlm_loss": (mlm * b, b),
+        "sop_loss": (sop * b, b),
     }
 
 

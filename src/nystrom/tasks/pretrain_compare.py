@@ -114,7 +114,9 @@ class CompareRun:
     dropout: float | None = None
     dev_fraction: float = 0.05
     seed: int = 0
-    bf16: bool = False
+    precision: str = "fp32"  # fp32, bf16, fp16 (nystrom.training.device)
+    device: str = "auto"
+    compile: bool = False
 
     def __post_init__(self) -> None:
         if not self.variants or len(set(self.variants)) != len(self.variants):
@@ -134,7 +136,8 @@ class CompareRun:
             model=str(self.out / "model.json"), attention=variant, conv_kernel=self.conv_kernel,
             steps=self.steps, batch_size=self.batch_size, seq_len=self.seq_len, lr=self.lr, warmup=self.warmup,
             eval_every=self.eval_every, eval_batches=self.eval_batches, dropout=self.dropout,
-            dev_fraction=self.dev_fraction, seed=self.seed, bf16=self.bf16,
+            dev_fraction=self.dev_fraction, seed=self.seed, precision=self.precision,
+            device=self.device, compile=self.compile,
         )  # fmt: skip
 
     def write_model_config(self) -> Path:

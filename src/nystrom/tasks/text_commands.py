@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 from nystrom.argtypes import (
     ArgumentParser,
     UsageError,
+    add_device_options,
+    device_options,
     existing_dir,
     existing_file,
     non_negative_int,
@@ -42,6 +45,14 @@ Re-running the same command resumes an interrupted variant and skips finished on
 example (docs/pretraining.md, "Figure 5 from scratch"):
   nystrom data brown data/brown --fetch
   nystrom pretrain compare --corpus data/brown/brown.txt --out experiments/fig5-scratch
+"""
+
+
+_FINETUNE_EPILOG = """\
+your files: nystrom finetune --train-file train.csv --validation-file dev.csv --text-column text \\
+                --label-column label --init-from-bert minilm --out runs/mine
+            nystrom predict runs/mine/model --input new.csv --output predictions.jsonl
+GLUE/IMDB:  nystrom finetune sst2 --data glue_data --init-from-bert minilm --out runs/sst2
 """
 
 
@@ -105,6 +116,11 @@ def _corpus(text: str) -> str:
     )
 
 
+def _input(text: str) -> str:
+    """``-`` (standard input) or a file that exists."""
+    return text if text == "-" else str(existing_file(text))
+
+
 def _run_folder(out: Path):
     from nystrom.training.runlock import hold_run_folder
 
@@ -128,7 +144,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         attention=args.attention, conv_kernel=args.conv_kernel, steps=args.steps, batch_size=args.batch_size,
         seq_len=args.seq_len, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
         eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
-        dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed, bf16=args.bf16,
+        dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed,
+        **device_options(args),
     )  # fmt: skip
     with _run_folder(args.out):
         res = run_pretrain(run, progress=not args.no_progress)
@@ -146,7 +163,7 @@ def cmd_pretrain_compare(args: argparse.Namespace) -> int:
         hidden_size=args.hidden, num_heads=args.heads, intermediate_size=args.ffn, num_layers=args.layers,
         seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr, warmup=args.warmup,
         eval_every=args.eval_every, eval_batches=args.eval_batches, conv_kernel=args.conv_kernel,
-        dropout=args.dropout, seed=args.seed, bf16=args.bf16,
+        dropout=args.dropout, seed=args.seed, **device_options(args),
     )  # fmt: skip
     with _run_folder(args.out):  # one compare per experiment folder; its variants run one after the other
         report = run_compare(run, progress=not args.no_progress, report_only=args.report_only)
@@ -173,21 +190,36 @@ def cmd_finetune(args: argparse.Namespace) -> int:
     from nystrom.tasks.finetune import FinetuneRun, run_finetune
 
     run = FinetuneRun(
-        task=args.task, data=args.data, out=args.out, preset=args.preset, init_from_bert=args.init_from_bert,
-        from_hf=args.from_hf, from_pretrain=args.from_pretrain, model=args.model, tokenizer=args.tokenizer,
-        attention=args.attention, conv_kernel=args.conv_kernel, batch_size=args.batch_size, lr=args.lr,
-        epochs=args.epochs, max_length=args.max_length, max_train_examples=args.max_train_examples,
-        max_eval_examples=args.max_eval_examples, dropout=args.dropout, seed=args.seed, bf16=args.bf16,
-        select_metric=args.select_metric,
+        task=args.task, data=args.data, train_file=args.train_file, validation_file=args.validation_file,
+        test_file=args.test_file, text_column=args.text_column, text_pair_column=args.text_pair_column,
+        label_column=args.label_column, problem_type=args.problem_type, out=args.out, preset=args.preset,
+        init_from_bert=args.init_from_bert, from_hf=args.from_hf, from_pretrain=args.from_pretrain,
+        model=args.model, tokenizer=args.tokenizer, attention=args.attention, conv_kernel=args.conv_kernel,
+        batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, max_length=args.max_length,
+        max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
+        dropout=args.dropout, seed=args.seed, metric=args.metric, **device_options(args),
     )  # fmt: skip
     with _run_folder(args.out):
         res = run_finetune(run, progress=not args.no_progress)
     if _is_main():
         for split, r in res.items():
             if split != "loop":
-                extra = f", F1 {r['f1']:.4f}" if "f1" in r else ""
-                print(f"{args.task} {split}: accuracy {r['accuracy']:.4f}{extra} ({r['examples']} examples)")
-        print(f"predictions and finetune_results.json in {args.out}")
+                shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(r.items()) if k != "examples")
+                print(f"{run.task or 'finetune'} {split}: {shown} ({r['examples']} examples)")
+        print(f"model (for `nystrom predict` and transformers) in {args.out / 'model'}; predictions in {args.out}")
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from nystrom.tasks.predict import run_predict
+
+    run_predict(
+        args.model_dir, args.input, output=args.output, text_column=args.text_column,
+        text_pair_column=args.text_pair_column, batch_size=args.batch_size, device=args.device,
+        precision=args.precision or "fp32", progress=not args.no_progress,
+    )  # fmt: skip
+    if args.output is not None:
+        print(f"predictions in {args.output}", file=sys.stderr)
     return 0
 
 
@@ -212,7 +244,7 @@ def _common(p: argparse.ArgumentParser, *, out_required: bool = True) -> None:
     p.add_argument("--lr", type=positive_float, help="peak learning rate")
     p.add_argument("--dropout", type=_dropout, help="override the model's dropout (0 for exact comparisons)")
     p.add_argument("--seed", type=int, default=0, help="initialisation, example order, masks (default 0)")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    add_device_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -253,7 +285,7 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     c.add_argument("--dropout", type=_dropout, help="override the model's dropout (default 0.1)")
     c.add_argument("--seed", type=int, default=0, help="initialisation, example order, masks (default 0)")
-    c.add_argument("--bf16", action="store_true", help="bfloat16 autocast")
+    add_device_options(c)
     c.add_argument(
         "--report-only", action="store_true", help="train nothing: rewrite results.json and curves"
     )
@@ -315,11 +347,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     c.add_argument("--table", type=output_file, help="markdown table to write")
     c.set_defaults(func=cmd_compare)
 
-    f = subparsers.add_parser("finetune", help="GLUE / IMDB fine-tuning (the paper's Table 2)")
-    f.add_argument("task", choices=FINETUNE_TASKS)
+    f = subparsers.add_parser(
+        "finetune", help="fine-tune a classifier on your CSV/TSV/JSONL files, or GLUE / IMDB (the paper's Table 2)",
+        epilog=_FINETUNE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    f.add_argument("task", nargs="?", choices=FINETUNE_TASKS, help="a GLUE task or imdb (with --data)")
+    f.add_argument("--data", type=existing_dir, help="GLUE root (holding SST-2/, MRPC/, ...) or aclImdb/")
+    f.add_argument("--train-file", type=existing_file, help="training table: .csv, .tsv or .jsonl")
+    f.add_argument("--validation-file", type=existing_file, help="dev table: selects the best step, is predicted")
+    f.add_argument("--test-file", type=existing_file, help="test table (labels optional): predicted once")
+    f.add_argument("--text-column", default="text", help="column of the text (default text)")
+    f.add_argument("--text-pair-column", help="column of the second text of a pair task")
+    f.add_argument("--label-column", default="label", help="column of the labels (default label)")
     f.add_argument(
-        "--data", type=existing_dir, required=True, help="GLUE root (holding SST-2/, MRPC/, ...) or aclImdb/"
-    )
+        "--problem-type", choices=("single_label_classification", "multi_label_classification", "regression"),
+        help="default: lists -> multi-label, integers or names -> classes, other numbers -> regression",
+    )  # fmt: skip
     f.add_argument("--preset", choices=sorted(FT_PRESETS), default="paper")
     f.add_argument("--from-hf", type=_folder, metavar="PATH", help="HF Nystromformer folder")
     f.add_argument("--from-pretrain", type=_folder, metavar="DIR", help="output folder of `nystrom pretrain`")
@@ -338,11 +381,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-eval-examples", type=positive_int, help="use only the first N of each dev/test split"
     )
     f.add_argument(
-        "--select-metric", choices=("accuracy", "f1"), default="accuracy",
-        help="dev metric that picks the best-dev weights (f1: MRPC and QQP only; default accuracy)",
+        "--metric", "--select-metric", dest="metric",
+        choices=("accuracy", "f1", "macro_f1", "micro_f1", "matthews", "pearson", "spearman", "mse", "loss"),
+        help="dev metric that picks the best weights (default: accuracy; multi-label macro_f1; regression"
+        " pearson). f1 = F1 of class 1 of a two-class task (MRPC/QQP); matthews for CoLA-like data",
     )  # fmt: skip
     _common(f)
     f.set_defaults(func=cmd_finetune)
+
+    r = subparsers.add_parser(
+        "predict", help="labels and scores for new text with a `nystrom finetune` model (JSON Lines)"
+    )
+    r.add_argument("model_dir", type=existing_dir, help="OUT/model of `nystrom finetune`")
+    r.add_argument(
+        "--input", required=True, type=_input,
+        help="CSV/TSV/JSONL table, a text file (one example per line) or - (stdin)",
+    )  # fmt: skip
+    r.add_argument("--output", type=output_file, help="JSON Lines to write (default: standard output)")
+    r.add_argument("--text-column", default="text", help="column of the text in a table (default text)")
+    r.add_argument("--text-pair-column", help="column of the second text of a pair task")
+    r.add_argument("--batch-size", type=positive_int, default=32, help="examples per batch (default 32)")
+    add_device_options(r, training=False)
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.set_defaults(func=cmd_predict)
 
     from nystrom.tasks.convert_commands import register as register_convert
 

@@ -18,23 +18,32 @@ import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from nystrom.training.device import device_rng_state, set_device_rng_state
 
-def rng_state() -> dict:
-    """Python, numpy and torch RNG states as weights_only-loadable objects."""
+
+def rng_state(device: torch.device | None = None) -> dict:
+    """Python, numpy, torch (CPU) and ``device``'s RNG states as weights_only-loadable objects."""
     np_state = np.random.get_state()
-    return {
+    state = {
         "python": random.getstate(),
         "numpy": [np_state[0], torch.from_numpy(np_state[1].astype(np.int64)), *map(float, np_state[2:])],
         "torch": torch.get_rng_state(),
     }
+    dev = device_rng_state(device) if device is not None else None
+    if dev is not None:  # CUDA/MPS dropout masks come from the device's own generator
+        state["device_type"], state["device"] = device.type, dev.cpu()
+    return state
 
 
-def set_rng_state(state: dict) -> None:
+def set_rng_state(state: dict, device: torch.device | None = None) -> None:
+    """Restore :func:`rng_state`; the device part only on the same device type it was saved from."""
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     kind, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), int(pos), int(has_gauss), float(gauss)))
     torch.set_rng_state(state["torch"])
+    if device is not None and state.get("device_type") == device.type:
+        set_device_rng_state(device, state["device"])
 
 
 def _fsync_dir(path: Path) -> None:
@@ -98,9 +107,11 @@ def load_checkpoint(path: Path, *, model: nn.Module, rank: int = 0) -> tuple[dic
             f"checkpoint {path} does not match the model: missing keys {sorted(missing_keys)[:10]}, "
             f"unexpected keys {sorted(unexpected)[:10]}"
         )
-    state = torch.load(path / "state.pt", weights_only=True)
+    # map_location: a checkpoint written on a GPU loads on any machine (the optimiser then moves its
+    # state to the parameters' device in load_state_dict)
+    state = torch.load(path / "state.pt", weights_only=True, map_location="cpu")
     rng_file = path / f"rng{rank}.pt"
-    rng = torch.load(rng_file, weights_only=True) if rng_file.exists() else None
+    rng = torch.load(rng_file, weights_only=True, map_location="cpu") if rng_file.exists() else None
     return state, meta, rng
 
 

@@ -7,6 +7,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from nystrom.training.device import PRECISIONS
+
+#: options that say where a run computes, not what it computes: a run may resume with others
+RUNTIME_FIELDS = ("device", "compile")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -25,7 +30,9 @@ class TrainConfig:
     eps: float = 1e-6
     grad_accum: int = 1
     clip: float | None = 1.0
-    bf16: bool = False
+    precision: str = "fp32"  # fp32, bf16 or fp16 (autocast; fp16 with a GradScaler)
+    device: str = "auto"  # auto, cpu, cuda, cuda:N, mps (nystrom.training.device.resolve_device)
+    compile: bool = False  # torch.compile the model for training
     eval_every: int = 100
     eval_batches: int | None = None
     eval_batch_size: int | None = None
@@ -36,6 +43,8 @@ class TrainConfig:
     metric_mode: str = "max"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"TrainConfig.precision must be one of {PRECISIONS}, got {self.precision!r}")
         for name in ("steps", "batch_size", "grad_accum", "eval_every", "log_every"):
             val = getattr(self, name)
             if not isinstance(val, int) or isinstance(val, bool) or val < 1:
@@ -67,9 +76,21 @@ class TrainConfig:
     def save(self, path: Path) -> None:
         Path(path).write_text(self.to_json())
 
+    def resumable_dict(self) -> dict:
+        """The options a resumed run must share with the checkpoint (all but :data:`RUNTIME_FIELDS`)."""
+        return {k: v for k, v in json.loads(self.to_json()).items() if k not in RUNTIME_FIELDS}
+
+    @staticmethod
+    def upgrade(data: dict) -> dict:
+        """A config dict of an older version in today's fields (``bf16: true`` -> ``precision: "bf16"``)."""
+        data = dict(data)
+        if "bf16" in data:
+            data.setdefault("precision", "bf16" if data.pop("bf16") else "fp32")
+        return data
+
     @classmethod
     def load(cls, path: Path) -> TrainConfig:
-        data = json.loads(Path(path).read_text())
+        data = cls.upgrade(json.loads(Path(path).read_text()))
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

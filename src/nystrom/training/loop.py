@@ -10,9 +10,8 @@ its last checkpoint and reaches the same weights as an uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,15 +31,20 @@ from nystrom.training.checkpoint import (
     save_weights,
     set_rng_state,
 )
-from nystrom.training.config import TrainConfig
+from nystrom.training.config import RUNTIME_FIELDS, TrainConfig
+from nystrom.training.device import autocast, check_precision, grad_scaler, init_distributed, to_device
+from nystrom.training.evaluate import _eval_order, evaluate  # noqa: F401 (_eval_order: re-exported)
 from nystrom.training.logging import MetricsLog, plot_curves
 from nystrom.training.runlock import guard_run_folder
 from nystrom.training.schedule import make_scheduler
+from nystrom.training.watch import LossWatch, count_tokens
 
-#: forward(model, batch) -> (mean loss, {metric: (sum, count)})
+#: forward(model, batch) -> (mean loss, {metric: (sum, count) or per-example rows}); see training.evaluate
 StepFn = Callable[[nn.Module, dict], tuple[torch.Tensor, dict[str, tuple[float, int]]]]
 #: {metric: mean over the evaluated examples} -> further metrics that are no such mean (e.g. F1)
 DerivedFn = Callable[[dict[str, float]], dict[str, float]]
+#: {name: per-example rows the step collected, concatenated over the evaluation} -> metrics
+FinalizeFn = Callable[[dict[str, torch.Tensor]], dict[str, float]]
 
 
 @dataclass
@@ -49,6 +53,8 @@ class Task:
 
     ``derived`` turns an evaluation's means into metrics that are not means over examples (F1 from the
     rates of true/false positives and false negatives); they are logged and can select the best step.
+    ``finalize`` computes metrics from the per-example tensors a step returns (see
+    :mod:`nystrom.training.evaluate`): Spearman's rank correlation, macro-F1, Matthews.
     """
 
     model: nn.Module
@@ -59,13 +65,7 @@ class Task:
     test: Sequence | None = None
     name: str = "task"
     derived: DerivedFn | None = None
-
-
-def _dist() -> tuple[int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group("gloo")
-    return (dist.get_rank(), dist.get_world_size()) if world > 1 else (0, 1)
+    finalize: FinalizeFn | None = None
 
 
 def shutdown_distributed() -> None:
@@ -75,10 +75,14 @@ def shutdown_distributed() -> None:
     can abort a rank ("terminate called without an active exception"; 1 in 2-4 two-process runs on a
     loaded machine, also when each rank destroys its group unsynchronised), failing a run whose work was
     done; with all ranks meeting first, 12 of 12 passed. The wait has no short timeout because rank 0
-    may still be writing predictions (a long IMDB test set) when the others arrive.
+    may still be writing predictions (a long IMDB test set) when the others arrive. NCCL has no
+    monitored barrier; its plain barrier waits the same way.
     """
     if dist.is_available() and dist.is_initialized():
-        dist.monitored_barrier(timeout=timedelta(hours=24))
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(hours=24))
+        else:
+            dist.barrier()
         dist.destroy_process_group()
 
 
@@ -108,58 +112,12 @@ def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def _eval_order(data: Sequence, *, partial: bool) -> list[int]:
-    """Example order of an evaluation: by length when the set exposes ``lengths`` and is evaluated whole.
-
-    Metrics are sums over examples, so the order changes nothing but speed: batches of similar lengths
-    carry little padding once a collate trims it (LRA ListOps dev: ≈ 2× faster). A partial evaluation
-    keeps the natural order so that it always sees the same first examples.
-    """
-    lengths = getattr(data, "lengths", None)
-    if partial or lengths is None:
-        return list(range(len(data)))
-    return sorted(range(len(data)), key=lambda i: (int(lengths[i]), i))
-
-
-def evaluate(
-    task: Task,
-    model: nn.Module,
-    data: Sequence,
-    cfg: TrainConfig,
-    *,
-    rank: int = 0,
-    world: int = 1,
-    full: bool = False,
-) -> dict:
-    """Mean loss and metrics over ``data`` (its first ``cfg.eval_batches`` batches unless ``full``), across ranks."""
-    bs = cfg.eval_batch_size or cfg.batch_size
-    n_batches = math.ceil(len(data) / bs)
-    if cfg.eval_batches is not None and not full:
-        n_batches = min(n_batches, cfg.eval_batches)
-    order = _eval_order(data, partial=n_batches * bs < len(data))
-    sums: dict[str, list[float]] = {}
-    was_training = model.training
-    model.eval()
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-        for bi in range(rank, n_batches, world):
-            batch = task.collate([data[i] for i in order[bi * bs : (bi + 1) * bs]])
-            loss, metrics = task.step(model, batch)
-            count = len(next(iter(batch.values())))
-            for k, (s, c) in {"loss": (float(loss) * count, count), **metrics}.items():
-                acc = sums.setdefault(k, [0.0, 0.0])
-                acc[0] += float(s)
-                acc[1] += c
-    model.train(was_training)
-    keys = sorted(sums)
-    if world > 1:  # a rank with no batch knows no metric names: agree on the union before reducing
-        names: list = [None] * world
-        dist.all_gather_object(names, keys)
-        keys = sorted({k for ks in names for k in ks})
-    vec = torch.tensor([v for k in keys for v in sums.get(k, [0.0, 0.0])], dtype=torch.float64)
+def _wrap(model: nn.Module, device: torch.device, world: int, compile_: bool) -> tuple[nn.Module, nn.Module]:
+    """(the DDP module or ``model``, the module the training forward runs: that one, compiled on request)."""
+    ddp = model
     if world > 1:
-        dist.all_reduce(vec)
-    res = {k: float(vec[2 * i] / max(vec[2 * i + 1], 1)) for i, k in enumerate(keys)}
-    return res | task.derived(res) if task.derived is not None else res
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return ddp, torch.compile(ddp) if compile_ else ddp
 
 
 @guard_run_folder  # data splits checked, then OUT locked against a second run, and run.json written
@@ -168,10 +126,13 @@ def train(
 ) -> dict:
     """Train ``task`` with ``cfg``, writing checkpoints and logs to ``out_dir``; resume if a checkpoint is there.
 
-    Returns the final results (best dev metrics and the one test evaluation). ``stop_after`` ends the run
-    after that many steps *without* the final evaluation (for tests that simulate an interruption).
+    Runs on ``cfg.device`` (``auto``: CUDA when available) in ``cfg.precision``; under torchrun each
+    process takes one GPU (NCCL) or the CPU (gloo). Returns the final results (best dev metrics and the
+    one test evaluation). ``stop_after`` ends the run after that many steps *without* the final
+    evaluation (for tests that simulate an interruption).
     """
-    rank, world = _dist()
+    rank, world, device = init_distributed(cfg.device)
+    check_precision(cfg.precision, device)
     out_dir = Path(out_dir)
     micro = cfg.batch_size // cfg.grad_accum
     if micro % world:
@@ -181,24 +142,28 @@ def train(
     local = micro // world
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
-    model = task.model
+    model = task.model.to(device)  # before the optimiser: its state is created beside the parameters
     torch.manual_seed(cfg.seed + rank)
     opt = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     sched = make_scheduler(opt, warmup=cfg.warmup, total=cfg.steps)
+    scaler = grad_scaler(device, cfg.precision)
     start, best, best_step = 0, None, -1
     ckpt = find_checkpoint(out_dir / "last")
     if ckpt is not None:
         state, meta, rng = load_checkpoint(ckpt, model=model, rank=rank)
-        if meta["config"] != json.loads(cfg.to_json()):
+        saved = {k: v for k, v in TrainConfig.upgrade(meta["config"]).items() if k not in RUNTIME_FIELDS}
+        if saved != cfg.resumable_dict():  # device and compile may change: checkpoints load anywhere
             raise ValueError(
                 f"{ckpt} was written with a different configuration; use a new output folder or the same options"
             )
         opt.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
+        if "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
         start, best, best_step = meta["step"], meta["best"], meta["best_step"]
         if rng is not None:
-            set_rng_state(rng)
-    ddp = nn.parallel.DistributedDataParallel(model) if world > 1 else model
+            set_rng_state(rng, device)
+    ddp, fwd = _wrap(model, device, world, cfg.compile)
     log = MetricsLog(out_dir, enabled=rank == 0, resume_step=start)
     if rank == 0 and start == 0:
         cfg.save(out_dir / "train_config.json")
@@ -209,48 +174,60 @@ def train(
 
         bar = tqdm(total=cfg.steps, initial=start, desc=task.name, unit="step", dynamic_ncols=True)
     model.train()
-    t0, last = time.time(), start
+    watch = LossWatch(device)
+    t0 = t_log = time.time()
+    last = start
     end = cfg.steps if stop_after is None else min(cfg.steps, start + stop_after)
     for step in range(start, end):
         idx = global_batch(len(task.train), step, cfg.batch_size, cfg.seed)
         opt.zero_grad(set_to_none=True)
-        loss_sum = 0.0
+        step_loss = torch.zeros((), device=device)
+        tokens = 0
         for a in range(cfg.grad_accum):
             mb = idx[a * micro : (a + 1) * micro][rank * local : (rank + 1) * local]
-            batch = task.collate([task.train[i] for i in mb])
+            cpu_batch = task.collate([task.train[i] for i in mb])
+            tokens += count_tokens(cpu_batch)
+            batch = to_device(cpu_batch, device)
             sync = a == cfg.grad_accum - 1 or world == 1
-            ctx = ddp.no_sync() if (world > 1 and not sync) else _Null()
-            with ctx, torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-                loss, _ = task.step(ddp, batch)
-                (loss / cfg.grad_accum).backward()
-            loss_sum += float(loss.detach()) / cfg.grad_accum
-        if not math.isfinite(loss_sum):
-            raise FloatingPointError(
-                f"non-finite training loss {loss_sum} at step {step}; lower the lr or disable bf16"
-            )
-        gnorm = (
-            float(nn.utils.clip_grad_norm_(model.parameters(), cfg.clip))
-            if cfg.clip is not None
-            else None  # JSON has no NaN: an unclipped run logs null
-        )
-        opt.step()
+            with ddp.no_sync() if (world > 1 and not sync) else contextlib.nullcontext():
+                try:
+                    with autocast(device, cfg.precision):
+                        loss, _ = task.step(fwd, batch)
+                    scaler.scale(loss / cfg.grad_accum).backward()
+                except Exception as err:  # a diverged run fails inside the model: report the divergence
+                    try:
+                        watch.check(cfg.precision)
+                    except FloatingPointError as fpe:
+                        raise fpe from err
+                    raise
+            step_loss += loss.detach().float() / cfg.grad_accum
+        watch.add(step, step_loss, sched.get_last_lr()[0], tokens)
+        gnorm = None
+        if cfg.clip is not None:
+            scaler.unscale_(opt)  # clip the true gradients, not the fp16-scaled ones
+            gnorm = nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)  # a device tensor: no sync
+        scaler.step(opt)
+        scaler.update()
         sched.step()
         done = step + 1
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(loss=f"{loss_sum:.4f}")
         if done % cfg.log_every == 0 or done == end:
-            log.write(
-                {
-                    "step": done,
-                    "split": "train",
-                    "loss": loss_sum,
-                    "lr": sched.get_last_lr()[0],
-                    "grad_norm": gnorm,
-                    "time": time.time() - t0,
-                }
-            )
+            watch.check(cfg.precision)
+            now = time.time()
+            rate = watch.tokens * world / max(now - t_log, 1e-9)
+            rec = {"step": done, "split": "train", "loss": watch.mean_loss(), "lr": sched.get_last_lr()[0],
+                   "grad_norm": None if gnorm is None else float(gnorm),  # JSON has no NaN: unclipped logs null
+                   "time": now - t0}  # fmt: skip
+            if watch.tokens:
+                rec["tokens_per_s"] = rate
+            log.write(rec)
+            if bar is not None:
+                bar.set_postfix(loss=f"{rec['loss']:.4f}", **({"tok/s": f"{rate:,.0f}"} if watch.tokens else {}))
+            watch.reset()
+            t_log = now
         if task.dev is not None and (done % cfg.eval_every == 0 or done == cfg.steps):
+            watch.check(cfg.precision)
             res = evaluate(task, model, task.dev, cfg, rank=rank, world=world)
             log.write({"step": done, "split": "dev", **res})
             if cfg.metric not in res:
@@ -263,7 +240,8 @@ def train(
                 if rank == 0:
                     save_weights(out_dir / "best.safetensors", model)
         if done % cfg.ckpt_every == 0 or done == end:
-            _checkpoint(out_dir, model, opt, sched, cfg, done, best, best_step, rank, world)
+            watch.check(cfg.precision)  # never checkpoint diverged weights
+            _checkpoint(out_dir, model, opt, sched, scaler, cfg, done, best, best_step, rank, world, device)
         last = done
     if bar is not None:
         bar.close()
@@ -287,16 +265,8 @@ def train(
     return results
 
 
-class _Null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _checkpoint(out_dir, model, opt, sched, cfg, step, best, best_step, rank, world) -> None:
-    rng = rng_state()
+def _checkpoint(out_dir, model, opt, sched, scaler, cfg, step, best, best_step, rank, world, device) -> None:
+    rng = rng_state(device)
     states = [None] * world
     if world > 1:
         dist.all_gather_object(states, rng)
@@ -305,6 +275,8 @@ def _checkpoint(out_dir, model, opt, sched, cfg, step, best, best_step, rank, wo
     if rank == 0:
         meta = {"step": step, "best": best, "best_step": best_step, "config": json.loads(cfg.to_json())}
         state = {"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}
+        if scaler.is_enabled():
+            state["scaler"] = scaler.state_dict()
         save_checkpoint(out_dir / "last", model=model, state=state, meta=meta, rank_states=states)
     if world > 1:
         dist.barrier()
