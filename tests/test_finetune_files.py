@@ -139,3 +139,13 @@ def test_a_bad_file_names_file_line_and_column(tiny, tmp_path, capsys):
     args = ["--train-file", str(tiny / "train.csv"), "--validation-file", str(tmp_path / "dev.csv")]
     assert cli_main(["finetune", *args, "--out", str(tmp_path / "p"), *_model_args(tiny)]) == 1
     assert "dev.csv line 3: column 'label': label 'maybe' is not among the training labels" in capsys.readouterr().err
+
+
+def test_predict_on_a_folder_that_is_no_model_says_so(tmp_path, capsys):
+    (tmp_path / "run" / "model").mkdir(parents=True)
+    for name in ("config.json", "labels.json"):
+        (tmp_path / "run" / "model" / name).write_text("{}")
+    (tmp_path / "in.txt").write_text("a line\n")
+    assert cli_main(["predict", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"), "--no-progress"]) == 1
+    assert f"did you mean {tmp_path / 'run' / 'model'}?" in capsys.readouterr().err
+    assert cli_main(["predict", str(tmp_path / "run"), "--input", str(tmp_path / "missing.txt")]) == 2
