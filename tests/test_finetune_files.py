@@ -149,3 +149,17 @@ def test_predict_on_a_folder_that_is_no_model_says_so(tmp_path, capsys):
     assert cli_main(["predict", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"), "--no-progress"]) == 1
     assert f"did you mean {tmp_path / 'run' / 'model'}?" in capsys.readouterr().err
     assert cli_main(["predict", str(tmp_path / "run"), "--input", str(tmp_path / "missing.txt")]) == 2
+
+
+def test_the_issues_bare_command_defaults_to_minilm_and_a_runs_folder(tiny, monkeypatch, tmp_path):
+    """`nystrom finetune --train-file train.csv --validation-file dev.csv --text-column text --label-column
+    label`, exactly: the bundled MiniLM is the starting point and runs/finetune/train the output."""
+    import nystrom.tasks.finetune as ft
+
+    seen = []
+    monkeypatch.setattr(ft, "run_finetune", lambda run, progress: seen.append(run) or {"loop": {}})
+    monkeypatch.chdir(tmp_path)
+    argv = ["finetune", "--train-file", str(tiny / "train.csv"), "--validation-file", str(tiny / "dev.csv"),
+            "--text-column", "text", "--label-column", "label"]  # fmt: skip
+    assert cli_main(argv) == 0
+    assert seen[0].init_from_bert == "minilm" and seen[0].out == Path("runs/finetune/train")

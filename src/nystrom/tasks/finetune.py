@@ -83,6 +83,8 @@ PRESETS: dict[str, FinetunePreset] = {
 class FinetuneRun:
     """Options of one ``nystrom finetune`` run; None means "the preset's value" (or "none").
 
+    Model: ``init_from_bert``, ``from_hf``, ``from_pretrain`` or a fresh ``model``; none of them: the
+    bundled all-MiniLM-L6-v2 (``init_from_bert="minilm"``).
     Data: ``task`` + ``data`` (GLUE / IMDB), or ``train_file`` (+ ``validation_file``, ``test_file``)
     with ``text_column``, ``text_pair_column`` and ``label_column``. ``problem_type`` None infers it from
     the training labels; ``metric`` None takes the problem type's default (accuracy, macro_f1, pearson).
@@ -133,6 +135,8 @@ class FinetuneRun:
             raise ValueError(f"--problem-type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
         if self.preset not in PRESETS:
             raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if not (self.init_from_bert or self.from_hf or self.from_pretrain or self.model):
+            object.__setattr__(self, "init_from_bert", "minilm")  # the bundled all-MiniLM-L6-v2 by default
 
     def length(self) -> int:
         p = PRESETS[self.preset]

@@ -189,6 +189,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_finetune(args: argparse.Namespace) -> int:
     from nystrom.tasks.finetune import FinetuneRun, run_finetune
 
+    if args.out is None:
+        args.out = Path("runs") / "finetune" / (args.task or (args.train_file.stem if args.train_file else "run"))
     run = FinetuneRun(
         task=args.task, data=args.data, train_file=args.train_file, validation_file=args.validation_file,
         test_file=args.test_file, text_column=args.text_column, text_pair_column=args.text_pair_column,
@@ -386,7 +388,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="dev metric that picks the best weights (default: accuracy; multi-label macro_f1; regression"
         " pearson). f1 = F1 of class 1 of a two-class task (MRPC/QQP); matthews for CoLA-like data",
     )  # fmt: skip
-    _common(f)
+    _common(f, out_required=False)  # default runs/finetune/<task or training file name>
     f.set_defaults(func=cmd_finetune)
 
     r = subparsers.add_parser(
