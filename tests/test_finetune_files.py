@@ -143,8 +143,7 @@ def test_a_bad_file_names_file_line_and_column(tiny, tmp_path, capsys):
 
 def test_predict_on_a_folder_that_is_no_model_says_so(tmp_path, capsys):
     (tmp_path / "run" / "model").mkdir(parents=True)
-    for name in ("config.json", "labels.json"):
-        (tmp_path / "run" / "model" / name).write_text("{}")
+    (tmp_path / "run" / "model" / "config.json").write_text("{}")
     (tmp_path / "in.txt").write_text("a line\n")
     assert cli_main(["predict", str(tmp_path / "run"), "--input", str(tmp_path / "in.txt"), "--no-progress"]) == 1
     assert f"did you mean {tmp_path / 'run' / 'model'}?" in capsys.readouterr().err
