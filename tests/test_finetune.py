@@ -8,25 +8,17 @@ import pytest
 import torch
 
 from nystrom.data.glue import encode_pair, load_glue_file, load_imdb_reviews, load_task, read_tsv
-from nystrom.data.text import train_wordpiece
-from nystrom.model import NystromformerConfig
 from nystrom.tasks.finetune import FinetuneRun, make_step
 from nystrom.tasks.text_commands import main
 from nystrom.training.metrics import check_metric, single_label_metrics
+from tiny_text import FIX, tiny_text_setup
 
-FIX = Path(__file__).parent / "fixtures" / "text"
 GLUE, IMDB = FIX / "glue", FIX / "aclImdb"
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ft")
-    tok = train_wordpiece(sorted((FIX / "corpus").glob("*.txt")), root / "tokenizer.json", vocab_size=300)
-    NystromformerConfig.preset(
-        "bert-small", vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128, classifier_hidden=32,
-    ).to_json_file(root / "tiny.json")  # fmt: skip
-    return root
+    return tiny_text_setup(tmp_path_factory.mktemp("ft"))
 
 
 def test_glue_readers_find_columns_by_header():

@@ -13,11 +13,8 @@ import pytest
 import torch
 
 from nystrom.cli import main as cli_main
-from nystrom.data.text import train_wordpiece
-from nystrom.model import NystromformerConfig
 from nystrom.tasks.predict import load_classifier, predict_texts
-
-FIX = Path(__file__).parent / "fixtures" / "text"
+from tiny_text import tiny_text_setup
 
 POS = ["the train reached the coast", "every token looks at attention", "the child counted the cows"]
 NEG = ["the cost grows with the square", "long documents are expensive", "a book chapter may hold tokens"]
@@ -25,12 +22,7 @@ NEG = ["the cost grows with the square", "long documents are expensive", "a book
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    root = tmp_path_factory.mktemp("files")
-    tok = train_wordpiece(sorted((FIX / "corpus").glob("*.txt")), root / "tokenizer.json", vocab_size=300)
-    NystromformerConfig.preset(
-        "bert-small", vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64, classifier_hidden=32,
-    ).to_json_file(root / "tiny.json")  # fmt: skip
+    root = tiny_text_setup(tmp_path_factory.mktemp("files"), max_positions=64)
     rng = random.Random(0)
     rows = [(t, "pos") for t in POS] * 4 + [(t, "neg") for t in NEG] * 4
     rng.shuffle(rows)
