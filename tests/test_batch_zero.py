@@ -22,13 +22,8 @@ SMALL = {
 LONG = 16384  # the Nyström kernels' threaded path
 
 
-KERNELS = "batch 0 in the Nyström kernels (the threaded path from n = 16384, the conv backward) is the kernels helper's fix"
-
-
 def _case(name: str, n: int, *, backward: bool = False):
-    broken = name == "nystrom" and (backward or n >= LONG)
-    marks = pytest.mark.xfail(strict=False, reason=KERNELS) if broken else ()
-    return pytest.param(name, n, id=f"{name}-n{n}", marks=marks)
+    return pytest.param(name, n, id=f"{name}-n{n}")
 
 
 def _build(name: str, n: int):

@@ -22,7 +22,6 @@ from nystrom.functional.checks import (
 )
 from nystrom.functional.conv import depthwise_seq_conv
 from nystrom.functional.dropout import Dropout
-from nystrom.functional.memory import empty
 
 
 class AttentionBase(nn.Module):
@@ -159,7 +158,7 @@ class _SplitHeads(torch.autograd.Function):
         b, n, e3 = ctx.shape
         ref = next(g for g in (dq, dk, dv) if g is not None)
         h, d = ref.shape[1], ref.shape[3]
-        grad = empty(b, n, 3, h, d, like=ref)
+        grad = ref.new_empty(b, n, 3, h, d)  # no huge-page hint in a backward (functional/memory.py)
         for i, g in enumerate((dq, dk, dv)):
             if g is None:
                 grad[:, :, i].zero_()

@@ -89,7 +89,8 @@ def _weight_grad(x: torch.Tensor, go: torch.Tensor, k: int, c: int) -> torch.Ten
     dw = x.new_empty(h, k)
     for hs in _head_groups(x):
         gop = F.pad(go[:, hs], (0, 0, 0, nb * c - n))  # (b, g, nb·c, d)
-        g = gop.reshape(b, -1, nb, c, d).transpose(2, 3).reshape(b, -1, c, nb * d)  # (b, g, c, nb·d)
+        g_ = gop.shape[1]  # explicit, not -1: b = 0 leaves -1 ambiguous
+        g = gop.reshape(b, g_, nb, c, d).transpose(2, 3).reshape(b, g_, c, nb * d)  # (b, g, c, nb·d)
         dt = torch.matmul(g, _windows(x[:, hs], k, c).mT).sum(0)  # (g, c, W)
         dw[hs] = _band(dt, k).sum(1)  # (g, K): diagonal sums
     return dw

@@ -59,6 +59,8 @@ def _softmax2_(s: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
 def _sums_in_range(tot: torch.Tensor) -> bool:
     """Whether every sum of unshifted exp2 terms is in [2⁻⁶⁴, 2⁶⁴] (so no term overflowed, and the
     largest term of each row is a normal float: the softmax is as accurate as the max-shifted one)."""
+    if tot.numel() == 0:  # batch 0: nothing to check
+        return True
     lo, hi = torch.aminmax(tot)
     return bool(lo >= UNSHIFTED_MIN) and bool(hi <= UNSHIFTED_MAX)
 
@@ -82,7 +84,7 @@ def _probs2(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, valid: torch.Te
 
 def _splits(b: int) -> int:
     """Ranges (of rows or keys) per sample: enough (sample, range) work items to feed every thread."""
-    return max(1, -(-torch.get_num_threads() // b)) if SPLITS is None else SPLITS
+    return max(1, -(-torch.get_num_threads() // max(b, 1))) if SPLITS is None else SPLITS  # b = 0: no items
 
 
 def _range_chunks(r: int, span: int, n: int, chunk: int) -> Iterator[slice]:
@@ -130,7 +132,7 @@ class _ShortKeyAttention(torch.autograd.Function):
         ks = k * s  # (b, h, m, d) natural units: ∂(q·k s)/∂q
         r_ = _splits(b)
         span = -(-n // r_)
-        dq = empty(b, n, h, d, like=q)
+        dq = q.new_empty(b, n, h, d)  # no huge-page hint in backwards: see memory.py
         dk = q.new_zeros(b, r_, h, m, d)  # per row range, summed below
         dv = q.new_zeros(b, r_, h, m, v.shape[-1])
 
@@ -234,8 +236,8 @@ class _LongKeyAttention(torch.autograd.Function):
         r_ = _splits(b)
         span = -(-n // r_)
         dq = qs.new_zeros(b, r_, h, m, d)  # per key range, summed below
-        dk = empty(b, n, h, d, like=k)
-        dv = empty(b, n, h, v.shape[-1], like=v)
+        dk = k.new_empty(b, n, h, d)  # no huge-page hint in backwards: see memory.py
+        dv = v.new_empty(b, n, h, v.shape[-1])
 
         # Key ranges with all heads batched, as in the forward: dk/dv rows are disjoint per item. Every
         # row is written (padded keys get p = 0, so zero gradients).
