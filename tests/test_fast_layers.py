@@ -120,3 +120,18 @@ def test_large_buffers_are_hinted_to_huge_pages():
                 flags = line.split()[1:]
                 break
     assert flags is not None and "hg" in flags  # MADV_HUGEPAGE recorded on the buffer's mapping
+
+
+def test_dropout_saves_no_mask_and_replays_its_draw_in_the_backward():
+    torch.manual_seed(5)
+    x = torch.randn(300, 200, requires_grad=True)
+    y = dropout(x, 0.3, True)
+    assert all(t is None for t in y.grad_fn.saved_tensors)  # only the generator state is kept
+    torch.rand(1000)  # draws between forward and backward must not change the replayed mask
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    torch.testing.assert_close(g, (y.detach() != 0).float() / 0.7)
+    torch.manual_seed(5)
+    after = torch.rand(3)
+    torch.manual_seed(5)
+    dropout(x, 0.3, True)
+    assert not torch.equal(torch.rand(3), after)  # the forward advanced the global generator once, as before

@@ -12,19 +12,49 @@ import torch
 from torch import nn
 
 
+def _generator(device: torch.device) -> torch.Generator | None:
+    """The default generator of ``device`` (what ``torch.rand`` draws from), or None if not reachable."""
+    if device.type == "cpu":
+        return torch.default_generator
+    backend = getattr(torch, device.type, None)
+    gens = getattr(backend, "default_generators", None)
+    if not gens:
+        return None
+    return gens[device.index if device.index is not None else backend.current_device()]
+
+
+def _keep(shape: torch.Size, p: float, device: torch.device, gen: torch.Generator | None) -> torch.Tensor:
+    return torch.rand(shape, device=device, generator=gen).ge_(p)  # float32 1.0 / 0.0
+
+
 class _Dropout(torch.autograd.Function):
+    """Saves the generator's state (a few KB) instead of the mask (as large as ``x``) and redraws the
+    mask in the backward: training memory of a dropout layer is then O(1) instead of one input-sized
+    tensor. Under torch.compile (generator states are not traceable) the mask is saved instead."""
+
     @staticmethod
     def forward(ctx, x, p):
-        keep = torch.rand(x.shape, device=x.device).ge_(p)  # float32 1.0 / 0.0, in place of the draw
-        keep = keep.mul_(1.0 / (1.0 - p)).to(x.dtype)  # the scaled mask: one multiply forward and back
-        ctx.save_for_backward(keep)
-        return x * keep
+        scale = 1.0 / (1.0 - p)
+        gen = None if torch.compiler.is_compiling() else _generator(x.device)
+        ctx.p, ctx.scale, ctx.shape, ctx.state = p, scale, x.shape, None
+        if gen is not None:
+            ctx.state = gen.get_state()  # before the draw: the backward replays it
+        keep = _keep(x.shape, p, x.device, None)  # the global generator, as before: seeding covers it
+        out = x * keep.to(x.dtype)
+        out.mul_(scale)
+        ctx.save_for_backward(None if gen is not None else keep)
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         (keep,) = ctx.saved_tensors
-        return grad * keep, None
+        if keep is None:  # replay the forward's draw on a private generator with the saved state
+            gen = torch.Generator(device=grad.device)
+            gen.set_state(ctx.state)
+            keep = _keep(ctx.shape, ctx.p, grad.device, gen)
+        out = grad * keep.to(grad.dtype)
+        return out.mul_(ctx.scale), None
 
 
 def dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
