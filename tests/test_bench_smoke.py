@@ -176,3 +176,34 @@ def test_commands_parse_and_reject_foreign_options():
     with pytest.raises(UsageError, match="unknown"):
         args.func(_parse(["bench", "--methods", "nystrom-64,bogus"]))
     assert _parse(["approx", "--quick"]).func.__name__ == "_cmd_approx"
+
+
+def test_training_bench_quick_writes_tables_plot_and_ratios(tmp_path):
+    from nystrom.bench import training
+
+    md = tmp_path / "benchmarks.md"
+    args = _parse(["bench", "training", "--quick", "--out", str(tmp_path)])
+    assert args.func(args) == 0
+    data = json.loads((tmp_path / "bench_training.json").read_text())
+    rows = {(r["regime"], r["impl"]): r for r in data["rows"]}
+    assert set(rows) == {(g, i) for g in training.REGIMES for i in training.IMPLS}
+    assert "HF's Nystromformer needs n divisible by m" not in str(rows[("paper", "hf")])
+    for (_, impl), r in rows.items():
+        assert r["ms"] > 0 and r["fwd_ms"] > 0 and r["bwd_ms"] > 0 and r["peak_mb"] >= 0
+        assert impl == "nystrom" or r["speedup"] > 0
+    assert data["listops"]["results"]["lucidrains"]["speedup"] > 0
+    assert all(f["floor_ms"] > 0 for f in data["floors"])
+    text = md.read_text()
+    assert "<!-- bench-training:start -->" in text and "| 64 | nystrom |" in text
+    assert "LRA ListOps training step" in text and (tmp_path / "training.png").stat().st_size > 0
+    with pytest.raises(UsageError, match="--lengths"):
+        args.func(_parse(["bench", "training", "--lengths", "64"]))
+
+
+def test_training_floor_counts_projections_core_and_conv():
+    from nystrom.bench.training import floor_ms
+
+    regime = dict(h=8, d=64, m=64, conv=33)
+    n, e = 4096, 512
+    flops = 24 * n * e * e + 28 * n * 64 * e + 6 * 33 * n * e
+    assert floor_ms(regime, n, 100.0) == pytest.approx(flops / 1e11 * 1e3)

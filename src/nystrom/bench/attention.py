@@ -41,7 +41,9 @@ WARMUP_CALLS = 4
 MODES = ("core", "fwd", "fwdbwd")
 
 
-def _hf_module(e: int, h: int, m: int, n: int, *, core_only: bool) -> nn.Module:
+def _hf_module(
+    e: int, h: int, m: int, n: int, *, core_only: bool, conv: int | None = None, dropout: float = 0.0
+) -> nn.Module:
     try:
         from transformers import NystromformerConfig
         from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
@@ -54,12 +56,14 @@ def _hf_module(e: int, h: int, m: int, n: int, *, core_only: bool) -> nn.Module:
         segment_means_seq_len=n,
         attention_probs_dropout_prob=0.0,
     )
+    if conv is not None:
+        cfg.conv_kernel_size = conv  # the config only takes ints: None is set on the module below
     attn = NystromformerSelfAttention(cfg)
-    attn.conv_kernel_size = None  # conv off for every implementation
+    attn.conv_kernel_size = conv  # the conv skip only where asked, alike for every implementation
     if core_only:
         attn.query = attn.key = attn.value = nn.Identity()  # q = k = v = the input: the core alone
         return attn
-    return nn.Sequential(_First(attn), nn.Linear(e, e))
+    return nn.Sequential(_First(attn), nn.Linear(e, e), nn.Dropout(dropout))
 
 
 class _First(nn.Module):
@@ -71,14 +75,25 @@ class _First(nn.Module):
         return self.mod(x)[0]
 
 
-def _lucid_module(e: int, h: int, d: int, m: int, *, core_only: bool) -> nn.Module:
+def _lucid_module(
+    e: int, h: int, d: int, m: int, *, core_only: bool, conv: int | None = None, dropout: float = 0.0
+) -> nn.Module:
     try:
         from nystrom_attention import NystromAttention as Lucid
     except ImportError as err:
         raise SystemExit(
             "the 'lucidrains' implementation needs nystrom-attention: pip install -e '.[test]'"
         ) from err
-    mod = Lucid(dim=e, dim_head=d, heads=h, num_landmarks=m, pinv_iterations=6, residual=False)
+    mod = Lucid(
+        dim=e,
+        dim_head=d,
+        heads=h,
+        num_landmarks=m,
+        pinv_iterations=6,
+        residual=conv is not None,
+        residual_conv_kernel=conv or 33,
+        dropout=dropout,
+    )
     if core_only:  # the caller feeds the (b, n, 3e) q|k|v tensor directly
         mod.to_qkv = nn.Identity()
         mod.to_out = nn.Identity()

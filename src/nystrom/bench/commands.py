@@ -1,4 +1,4 @@
-"""The ``nystrom bench`` (Table 1 or the core benchmark) and ``nystrom approx`` commands.
+"""The ``nystrom bench`` (Table 1, the core or the training benchmark) and ``nystrom approx`` commands.
 
 ``register(subparsers)`` adds both to the top-level parser of :mod:`nystrom.cli`.
 """
@@ -24,6 +24,8 @@ MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx
 # options that belong to one suite only; naming one for the other suite is an error, not ignored
 _TABLE1_ONLY = ("device", "batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads")
 _CORE_ONLY = ("impls", "modes", "landmarks")
+# what `bench training` does not take: its sizes are the paper's and TransMIL's regimes
+_NOT_TRAINING = (*_TABLE1_ONLY, "modes", "landmarks", "lengths", "heads", "dim_head")
 
 
 def _or(value, default):
@@ -40,13 +42,17 @@ def _command_line() -> str:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    wrong = _CORE_ONLY if args.suite == "table1" else _TABLE1_ONLY
+    wrong = {"table1": _CORE_ONLY, "core": _TABLE1_ONLY, "training": _NOT_TRAINING}[args.suite]
     given = [f"--{o.replace('_', '-')}" for o in wrong if getattr(args, o) not in (None, False)]
+    if args.suite == "training" and args.dtype != "float32":
+        given.append("--dtype")
     if given:
         raise UsageError(f"nystrom bench {args.suite}: option(s) {given} do not apply to this suite")
     markdown = None if args.no_markdown else args.out / "benchmarks.md"
     if args.suite == "core":
         return _bench_core(args, markdown)
+    if args.suite == "training":
+        return _bench_training(args, markdown)
     from nystrom.bench.table1 import LENGTHS, METHODS, QUICK_LENGTHS, run
 
     methods = _or(args.methods, tuple(METHODS))
@@ -106,6 +112,25 @@ def _bench_core(args: argparse.Namespace, markdown: Path | None) -> int:
     return 0
 
 
+def _bench_training(args: argparse.Namespace, markdown: Path | None) -> int:
+    """Forward, backward and peak memory in training (paper and TransMIL regimes) + one ListOps step."""
+    from nystrom.bench.training import IMPLS, run
+
+    impls = _or(args.impls, IMPLS)
+    bad = [v for v in impls if v not in IMPLS]
+    if bad or "nystrom" not in impls:
+        raise UsageError(f"--impls: unknown {bad} or nystrom missing; choose from {IMPLS} (nystrom required)")
+    run(
+        quick=args.quick,
+        impls=impls,
+        rounds=args.repeats,
+        out_dir=args.out,
+        markdown=markdown,
+        command=_command_line(),
+    )
+    return 0
+
+
 def _cmd_approx(args: argparse.Namespace) -> int:
     from nystrom.bench.approx import METHODS, PARAMS, SYNTH_LENGTHS, TEXT_LENGTHS, run
 
@@ -139,22 +164,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``bench`` and ``approx`` to the ``nystrom`` command's sub-parsers."""
     b = subparsers.add_parser(
         "bench",
-        help="benchmarks, each case in a fresh process: the paper's Table 1 (default) or the core benchmark",
+        help="benchmarks, each case in a fresh process: the paper's Table 1 (default), the core or training",
         description="table1: memory/time of one input through each self-attention module (the paper's "
-        "Table 1). core: Nyström core/module vs HuggingFace, lucidrains and SDPA.",
+        "Table 1). core: Nyström core/module vs HuggingFace, lucidrains and SDPA. training: forward, "
+        "backward and peak memory of one layer in the paper's and TransMIL's regimes, and one ListOps "
+        "training step, ours vs HuggingFace, lucidrains and SDPA (interleaved rounds).",
     )
-    b.add_argument("suite", nargs="?", default="table1", choices=("table1", "core"))
+    b.add_argument("suite", nargs="?", default="table1", choices=("table1", "core", "training"))
     b.add_argument(
         "--lengths", type=positive_ints, help="comma-separated n (table1: 512..16384; core: 512..65536)"
     )
     b.add_argument(
-        "--quick", action="store_true", help="table1: n = 512, 2048, 4096, 3 repeats; core: 512, 2048, 8192"
+        "--quick",
+        action="store_true",
+        help="table1: n = 512, 2048, 4096, 3 repeats; core: 512, 2048, 8192; training: toy sizes in one "
+        "process (a smoke test)",
     )
     b.add_argument("--heads", type=positive_int, help="table1: 12 (BERT-base, the paper); core: 8")
     b.add_argument("--dim-head", type=positive_int, help="default 64")
     b.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "float64"))
     b.add_argument(
-        "--repeats", type=positive_int, help="timed calls per case, median (default 5; table1 --quick 3)"
+        "--repeats",
+        type=positive_int,
+        help="timed calls per case, median (default 5; table1 --quick 3); training: interleaved rounds",
     )
     b.add_argument(
         "--out", type=output_dir, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
@@ -178,7 +210,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     t.add_argument("--threads", type=positive_int, help="CPU threads per case (default: torch's default)")
     c = b.add_argument_group("core only")
-    c.add_argument("--impls", type=_names, help="comma-separated subset of nystrom,hf,lucidrains,sdpa")
+    c.add_argument(
+        "--impls", type=_names, help="comma-separated subset of nystrom,hf,lucidrains,sdpa (core, training)"
+    )
     c.add_argument("--modes", type=_names, help="comma-separated subset of core,fwd,fwdbwd")
     c.add_argument("--landmarks", type=positive_int, help="default 64")
     b.set_defaults(func=_cmd_bench)

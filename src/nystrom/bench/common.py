@@ -43,7 +43,7 @@ def peak_memory_mb(fn: Callable[[], object]) -> float:
     out = fn()
     peak = _status_kb("VmHWM")
     del out
-    return (peak - before) / 1024
+    return max(0.0, (peak - before) / 1024)  # RSS freed between the reset and `before` is no negative peak
 
 
 def median_time_ms(
