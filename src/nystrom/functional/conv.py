@@ -25,9 +25,11 @@ from nystrom.functional.amp import autocast_off
 
 BLOCK_ROWS = 64  # c: measured best of 32/64/128 for K = 35 on the 2-core VM
 # One product holds ≈ 4.5x its input in temporaries (padded copy, windows, result, its reshape); above
-# this many input bytes the heads go through in groups, so a 65536-token (b=1, h=8, d=64) input needs
-# ≈ 75 MB of temporaries instead of ≈ 600 MB.
-GROUP_BYTES = 32 << 20
+# this many input bytes the heads go through in groups. Small groups also keep those temporaries warm in
+# cache and out of fresh mmap'd pages: interleaved A/B on the 2-core AMD VM, b=1 h=8 d=64 K=33, fwd+bwd
+# 32 MiB -> 2 MiB groups: n=6000 25 -> 14 ms, n=16384 137 -> 52 ms, n=65536 686 -> 279 ms; LRA's b=32
+# h=2 n=2000 d=32 23.5 -> 20.9 ms (1 MiB: level with 2 MiB).
+GROUP_BYTES = 2 << 20
 
 
 def _head_groups(x: torch.Tensor) -> list[slice]:
