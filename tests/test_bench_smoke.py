@@ -196,6 +196,8 @@ def test_training_bench_quick_writes_tables_plot_and_ratios(tmp_path):
     text = md.read_text()
     assert "<!-- bench-training:start -->" in text and "| 64 | nystrom |" in text
     assert "LRA ListOps training step" in text and (tmp_path / "training.png").stat().st_size > 0
+    anchor_rows = [ln for ln in text.splitlines() if ln.startswith(("| paper | 64 |", "| transmil | 96 |"))]
+    assert len(anchor_rows) == 2 and all(ln.count("×") >= 2 for ln in anchor_rows), anchor_rows
     with pytest.raises(UsageError, match="--lengths"):
         args.func(_parse(["bench", "training", "--lengths", "64"]))
 

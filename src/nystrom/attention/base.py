@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nystrom.attention.recompute import recompute_attention
 from nystrom.functional.checks import (
     check_dtype_matches,
     check_mask,
@@ -35,10 +36,16 @@ class AttentionBase(nn.Module):
             added to the attention output as a skip connection (the paper's), or None for none.
         qkv_bias: whether the q/k/v projection has a bias (BERT/HF checkpoints do).
         dropout: dropout on the output projection.
+        recompute: keep only ``x`` for the backward and recompute q/k/v there, a group of heads at a
+            time (see ``attention/recompute.py``): peak training memory ≈ 3 instead of ≈ 7 (b, n, e)
+            tensors, for ≈ 20 % more time. Eager mode only; variants whose heads are not independent
+            (or whose core is random) refuse it.
     """
 
     #: the registry name of the variant (set by subclasses)
     name: str = ""
+    #: whether ``core`` treats heads independently and deterministically (``recompute=True`` needs it)
+    head_separable: bool = False
 
     def __init__(
         self,
@@ -49,6 +56,7 @@ class AttentionBase(nn.Module):
         conv_kernel_size: int | None = None,
         qkv_bias: bool = True,
         dropout: float = 0.0,
+        recompute: bool = False,
     ) -> None:
         super().__init__()
         for arg, val in (("dim", dim), ("heads", heads), ("dim_head", dim_head)):
@@ -56,7 +64,15 @@ class AttentionBase(nn.Module):
                 raise ValueError(f"{arg} must be a positive int, got {val!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        if not isinstance(recompute, bool):
+            raise TypeError(f"recompute must be a bool, got {recompute!r}")
+        if recompute and not self.head_separable:
+            raise ValueError(
+                f"recompute=True needs a core whose heads are independent and deterministic; "
+                f"{type(self).__name__} is not (supported: nystrom, softmax, linear)"
+            )
         self.dim, self.heads, self.dim_head = dim, heads, dim_head
+        self.recompute = recompute
         inner = heads * dim_head
         self.qkv = nn.Linear(dim, 3 * inner, bias=qkv_bias)  # one GEMM for q, k and v
         self.out = nn.Linear(inner, dim)
@@ -102,22 +118,44 @@ class AttentionBase(nn.Module):
         mask = check_mask(mask, b, n, x.device)
         if mask is not None:  # zeroed, not only masked later: 0 · NaN in the weight gradient would be NaN
             x = x.masked_fill(~mask[..., None], 0)
-        o = self._attend(x, mask)  # (b, n, h*d); the fused q/k/v tensor is already released
-        return first_order_only(self.dropout(self.out(o)), type(self).__name__)
+        if self.recompute and torch.is_grad_enabled() and (x.requires_grad or self.qkv.weight.requires_grad):
+            y = recompute_attention(
+                x, mask, self.qkv.weight, self.qkv.bias, None if self.conv is None else self.conv.weight,
+                self.out.weight, self.out.bias, attend=self.attend, heads=self.heads,
+            )  # fmt: skip
+        else:
+            y = self.out(self._attend(x, mask))  # the fused q/k/v tensor is released before out() runs
+        return first_order_only(self.dropout(y), type(self).__name__)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
         q, k, v = split_heads(self.qkv(x), self.heads, self.dim_head)  # each (b, h, n, d), views
-        o = self.core(q, k, v, mask)  # (b, h, n, d)
-        if self.conv is not None:
+        return self.attend(q, k, v, mask, None if self.conv is None else self.conv.weight)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        conv_weight: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Heads ``q, k, v`` (b, g, n, d) -> merged outputs (b, n, g·d): the core plus the conv skip
+        (``conv_weight`` (g, 1, K, 1)). g < h only when ``recompute`` runs by groups of heads."""
+        o = self.core(q, k, v, mask)  # (b, g, n, d)
+        if conv_weight is not None:
             if mask is not None:  # padding must not leak into real tokens through the conv
                 v = v.masked_fill(~mask[:, None, :, None], 0)
-            o = o + conv_skip(v, self.conv.weight)  # (b, h, n, d) = self.conv(v)
-        return o.transpose(1, 2).flatten(2)  # (b, n, h*d); a view when core wrote a (b, n, h, d) buffer
+            o = o + conv_skip(v, conv_weight)  # (b, g, n, d) = self.conv(v)
+        return o.transpose(1, 2).flatten(2)  # (b, n, g*d); a view when core wrote a (b, n, g, d) buffer
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, conv_kernel_size={self.conv_kernel_size}"
+        extra = ", recompute=True" if self.recompute else ""
+        return (
+            f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, "
+            f"conv_kernel_size={self.conv_kernel_size}{extra}"
+        )
 
 
 def split_heads(qkv: torch.Tensor, heads: int, dim_head: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -17,10 +17,11 @@ class LinearAttention(AttentionBase):
     Args:
         dim: model width.
         heads, dim_head: h and d.
-        qkv_bias, dropout: as in :class:`AttentionBase`.
+        qkv_bias, dropout, recompute: as in :class:`AttentionBase`.
     """
 
     name = "linear"
+    head_separable = True
 
     def __init__(
         self,
@@ -30,8 +31,11 @@ class LinearAttention(AttentionBase):
         dim_head: int = 64,
         qkv_bias: bool = True,
         dropout: float = 0.0,
+        recompute: bool = False,
     ) -> None:
-        super().__init__(dim, heads=heads, dim_head=dim_head, qkv_bias=qkv_bias, dropout=dropout)
+        super().__init__(
+            dim, heads=heads, dim_head=dim_head, qkv_bias=qkv_bias, dropout=dropout, recompute=recompute
+        )
 
     def core(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None

@@ -16,6 +16,7 @@ class SoftmaxAttention(AttentionBase):
     """
 
     name = "softmax"
+    head_separable = True
 
     def __init__(
         self,
@@ -26,6 +27,7 @@ class SoftmaxAttention(AttentionBase):
         conv_kernel_size: int | None = None,
         qkv_bias: bool = True,
         dropout: float = 0.0,
+        recompute: bool = False,
     ) -> None:
         super().__init__(
             dim,
@@ -34,6 +36,7 @@ class SoftmaxAttention(AttentionBase):
             conv_kernel_size=conv_kernel_size,
             qkv_bias=qkv_bias,
             dropout=dropout,
+            recompute=recompute,
         )
 
     def core(

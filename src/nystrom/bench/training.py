@@ -31,8 +31,9 @@ from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom.bench.attention import _hf_module, _lucid_module
 from nystrom.bench.common import machine_info, peak_memory_mb, replace_section, run_child
 from nystrom.bench.listops_step import listops_step
+from nystrom.bench.training_report import render
 
-IMPLS = ("nystrom", "hf", "lucidrains", "sdpa")
+IMPLS = ("nystrom", "nystrom-recompute", "hf", "lucidrains", "sdpa")
 REGIMES = {
     "paper": dict(h=8, d=64, m=64, conv=None, dropout=0.0, lengths=(4096, 16384, 65536)),
     "transmil": dict(h=8, d=64, m=256, conv=33, dropout=0.1, lengths=(6000, 20000)),
@@ -53,8 +54,11 @@ def build_module(impl: str, regime: dict, n: int) -> nn.Module:
     """One attention layer of ``impl`` in training mode: (1, n, e) -> (1, n, e)."""
     h, d, m, conv, p = regime["h"], regime["d"], regime["m"], regime["conv"], regime["dropout"]
     e = h * d
-    if impl == "nystrom":
-        mod = NystromAttention(e, heads=h, dim_head=d, num_landmarks=m, conv_kernel_size=conv, dropout=p)
+    if impl in ("nystrom", "nystrom-recompute"):
+        mod = NystromAttention(
+            e, heads=h, dim_head=d, num_landmarks=m, conv_kernel_size=conv, dropout=p,
+            recompute=impl == "nystrom-recompute",
+        )  # fmt: skip
     elif impl == "sdpa":
         mod = SoftmaxAttention(e, heads=h, dim_head=d, dropout=p)  # exact: no conv skip
     elif impl == "hf":
@@ -235,7 +239,9 @@ def run(
     bar.update(int(listops))
     bar.close()
     info = {**machine_info(), "seconds": f"{time.perf_counter() - start:.0f}", "command": command}
-    report = render(rows, floors, steps, info, quick=quick)
+    if quick:
+        info["note"] = "; --quick: toy sizes, one process"
+    report = render(rows, floors, steps, info, regimes=QUICK if quick else REGIMES)
     print(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {"info": info, "rows": rows, "floors": floors, "listops": steps}
@@ -247,80 +253,6 @@ def run(
     if markdown is not None:
         replace_section(markdown, "bench-training", report)
     return data
-
-
-def _f(x: float | None, fmt: str = "") -> str:
-    """A cell: — for missing; ms with 3 significant digits unless ``fmt`` is given."""
-    if x is None:
-        return "—"
-    return format(x, fmt or (".0f" if abs(x) >= 100 else ".3g"))
-
-
-def render(rows: list[dict], floors: list[dict], steps: dict | None, info: dict, *, quick: bool) -> str:
-    """Markdown tables: per regime one row per (n, implementation), the floor, and the ListOps step."""
-    lines = [
-        f"Command: `{info['command']}` ({info['seconds']} s{'; --quick: toy sizes, one process' if quick else ''}).",
-        f"Machine: {info['cpu']}, {info['threads']} threads; torch {info['torch']}, transformers "
-        f"{info['transformers']}, nystrom-attention {info['nystrom_attention']}, Python {info['python']}.",
-        "One attention layer (b = 1, fp32, training mode) forward and backward of a fixed random output "
-        "gradient; every figure the median of interleaved rounds in one process; spread = (max − min) / "
-        "median; speed-up = median over rounds of their fwd+bwd ÷ ours (> 1: we are faster); memory = "
-        "our peak ÷ theirs (first fwd+bwd in a fresh process; < 1: we use less).",
-        "",
-    ]
-    for reg in dict.fromkeys(r["regime"] for r in rows):
-        p = _regime(reg, quick)
-        conv = f"conv {p['conv']}" if p["conv"] else "no conv"
-        lines += [
-            f"### {reg}: e = {p['h'] * p['d']}, h = {p['h']}, m = {p['m']}, {conv}, dropout {p['dropout']}",
-            "",
-            "| n | impl | fwd ms | bwd ms | fwd+bwd ms | spread | bwd ÷ fwd | peak MB | speed-up | memory |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for r in (r for r in rows if r["regime"] == reg):
-            ours = next(o for o in rows if o["regime"] == reg and o["n"] == r["n"] and o["impl"] == "nystrom")
-            if "error" in r:
-                lines.append(f"| {r['n']} | {r['impl']} | {r['error']} |" + " |" * 7)
-                continue
-            mem = r.get("peak_mb")
-            ratio = (
-                ours.get("peak_mb") / mem if mem and ours.get("peak_mb") and r["impl"] != "nystrom" else None
-            )
-            lines.append(
-                f"| {r['n']} | {r['impl']} | {_f(r.get('fwd_ms'))} | {_f(r.get('bwd_ms'))} | {_f(r['ms'])} | "
-                f"{r['spread']:.0%} | {_f(r.get('bwd_ms', 0) / r['fwd_ms'] if r.get('fwd_ms') else None, '.2f')} | "
-                f"{_f(mem)} | {_f(r.get('speedup'), '.2f')}{'×' if 'speedup' in r else ''} | "
-                f"{_f(ratio, '.2f')}{'×' if ratio else ''} |"
-            )
-        lines.append("")
-        lines += ["| n | GEMM GFLOP/s | floor ms | ours ms | ours ÷ floor |", "|---|---:|---:|---:|---:|"]
-        for f in (f for f in floors if f["regime"] == reg):
-            ours = next(o for o in rows if o["regime"] == reg and o["n"] == f["n"] and o["impl"] == "nystrom")
-            ms = ours.get("ms")
-            lines.append(
-                f"| {f['n']} | {f['gflops']:.0f} | {_f(f['floor_ms'])} | {_f(ms)} | "
-                f"{_f(ms / f['floor_ms'] if ms else None, '.2f')} |"
-            )
-        lines.append("")
-    lines.append(
-        "Floor = our layer's forward + backward FLOPs (projections 24·n·e², core 28·n·m·e, conv 6·K·n·e) "
-        "over the GEMM rate timed once per round beside the cases."
-    )
-    if steps:
-        res = steps["results"]
-        lines += [
-            "",
-            f"### LRA ListOps training step (official model, batch {steps['batch']}, length {steps['length']}, "
-            "AdamW; the same model with every attention layer swapped for lucidrains')",
-            "",
-            "| attention | step ms | spread | speed-up of ours |",
-            "|---|---:|---:|---:|",
-            f"| ours | {res['nystrom']['ms']:.0f} | {res['nystrom']['spread']:.0%} | |",
-            f"| lucidrains | {res['lucidrains']['ms']:.0f} | {res['lucidrains']['spread']:.0%} | "
-            f"{res['lucidrains']['speedup']:.2f}× |",
-        ]
-    lines += ["", "![forward + backward time and memory vs n](training.png) — data: `bench_training.json`."]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
