@@ -87,3 +87,32 @@ def test_bad_forward_inputs_raise():
         mod(torch.randn(2, 5, 16), mask=torch.ones(2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="no real token"):
         mod(torch.randn(2, 5, 16), mask=torch.tensor([[True] * 5, [False] * 5]))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("needs", ["all", "x_only", "weights_only"])
+def test_project_heads_matches_linear_then_split(bias, needs):
+    """The fused projection's backward (∂q, ∂k, ∂v used where they lie) equals autograd's."""
+    import torch.nn.functional as F
+
+    from nystrom.attention.base import project_heads, split_heads
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 11, 24, dtype=torch.double)
+    w = torch.randn(3 * 4 * 6, 24, dtype=torch.double)
+    b = torch.randn(3 * 4 * 6, dtype=torch.double) if bias else None
+    grads = [torch.randn(2, 4, 11, 6, dtype=torch.double) for _ in range(3)]
+    results = []
+    for fn in (project_heads, lambda x, w, b, h, d: split_heads(F.linear(x, w, b), h, d)):
+        xs, ws = x.clone().requires_grad_(needs != "weights_only"), w.clone().requires_grad_(needs != "x_only")
+        bs = None if b is None else b.clone().requires_grad_(needs != "x_only")
+        q, k, v = fn(xs, ws, bs, 4, 6)
+        # k gets no gradient at all and v a transposed-layout one: both paths must still agree
+        (q * grads[0]).sum().add((v.mT.contiguous().mT * grads[2]).sum()).backward()
+        results.append([t.grad for t in (xs, ws, bs) if t is not None])
+        assert q.shape == (2, 4, 11, 6)
+    for a, c in zip(*results):
+        if a is None or c is None:
+            assert a is None and c is None
+        else:
+            torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)

@@ -164,3 +164,25 @@ def test_recompute_through_the_model_config():
     for k in grads[0]:
         torch.testing.assert_close(grads[1][k], grads[0][k], rtol=1e-4, atol=1e-6, msg=k)
     assert lean.nystromformer.encoder.layers[0].attention.recompute is True
+
+
+def test_recompute_under_autocast_matches_plain_path():
+    """bf16 autocast: the backward recomputes under the forward's autocast state, so the two agree."""
+    plain, lean = _pair("nystrom")
+    plain, lean = plain.float(), lean.float()
+    torch.manual_seed(3)
+    x = torch.randn(2, 60, 32)
+    mask = torch.ones(2, 60, dtype=torch.bool)
+    mask[1, 40:] = False
+    g = torch.randn(2, 60, 32)
+    out = []
+    for mod in (plain, lean):
+        xs = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = mod(xs, mask=mask)
+        assert y.dtype == torch.bfloat16
+        (y.float() * g).sum().backward()
+        assert xs.grad.dtype == torch.float32 and mod.qkv.weight.grad.dtype == torch.float32
+        out.append((y.float(), xs.grad, mod.qkv.weight.grad, mod.out.weight.grad))
+    for a, b in zip(*out):
+        torch.testing.assert_close(b, a, rtol=0.05, atol=0.05)

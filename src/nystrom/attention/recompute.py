@@ -71,6 +71,8 @@ class _Recompute(torch.autograd.Function):
     def forward(ctx, x, mask, w_qkv, b_qkv, conv_w, w_out, b_out, attend, heads):
         ctx.save_for_backward(x, mask, w_qkv, b_qkv, conv_w, w_out)
         ctx.attend, ctx.heads, ctx.has_b_out = attend, heads, b_out is not None
+        dev = x.device.type  # the backward recomputes under the forward's autocast state
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
         b, n, e = x.shape
         d = w_qkv.shape[0] // (3 * heads)
         w3 = w_qkv.view(3, heads, d, e)
@@ -99,28 +101,30 @@ class _Recompute(torch.autograd.Function):
         need = ctx.needs_input_grad
         w3 = w_qkv.view(3, h, d, e)
         b3 = None if b_qkv is None else b_qkv.view(3, h, d)
-        x2, gy = x.reshape(b * n, e), grad_out.reshape(b * n, e)  # (b·n, e)
-        dx = torch.zeros_like(x2) if need[0] else None
+        dev, amp, amp_dtype = ctx.amp
+        dt = grad_out.dtype  # the forward's compute dtype: the products below run in it (as autograd's would)
+        x2, gy = x.reshape(b * n, e).to(dt), grad_out.reshape(b * n, e)  # (b·n, e)
+        dx = torch.zeros_like(x2) if need[0] else None  # in dt; returned in x's dtype
         dw3 = w3.new_zeros(w3.shape) if need[2] else None  # (3, h, d, e)
         db3 = None if b3 is None or not need[3] else b3.new_zeros(b3.shape)
         dconv = None if conv_w is None or not need[4] else torch.zeros_like(conv_w)
         dw_out = torch.zeros_like(w_out) if need[5] else None  # (e, h·d)
         for hs in head_groups(b, n, h, d, x.element_size()):
             g, cols = hs.stop - hs.start, slice(hs.start * d, hs.stop * d)
-            with torch.enable_grad():
+            with torch.enable_grad(), torch.autocast(dev, dtype=amp_dtype, enabled=amp):
                 qkv = [t.requires_grad_() for t in _project(x, w3, b3, hs)]  # leaves (b, n, g·d)
                 cw = None if conv_w is None else conv_w[hs].detach().requires_grad_()
                 o = attend(*(_heads(t, g) for t in qkv), mask, cw)  # (b, n, g·d)
                 if dw_out is not None:
-                    dw_out[:, cols] = gy.mT @ o.detach().reshape(b * n, g * d)  # ∂W_out = ∂yᵀ · o
-                go = (gy @ w_out[:, cols]).view(b, n, g * d)  # ∂o of this group
+                    dw_out[:, cols] = gy.mT @ o.detach().reshape(b * n, g * d).to(dt)  # ∂W_out = ∂yᵀ · o
+                go = (gy @ w_out[:, cols].to(dt)).view(b, n, g * d).to(o.dtype)  # ∂o of this group
                 inputs = qkv if cw is None else [*qkv, cw]
                 grads = torch.autograd.grad(o, inputs, go)
             del o, go
             for i, gt in enumerate(grads[:3]):
-                gt = gt.reshape(b * n, g * d)  # ∂q, ∂k or ∂v of the group
+                gt = gt.reshape(b * n, g * d).to(dt)  # ∂q, ∂k or ∂v of the group
                 if dx is not None:
-                    dx.addmm_(gt, w3[i, hs].reshape(g * d, e))  # ∂x += ∂t · W_t
+                    dx.addmm_(gt, w3[i, hs].reshape(g * d, e).to(dt))  # ∂x += ∂t · W_t
                 if dw3 is not None:
                     dw3[i, hs] = (gt.mT @ x2).view(g, d, e)  # ∂W_t = ∂tᵀ · x
                 if db3 is not None:
@@ -129,7 +133,7 @@ class _Recompute(torch.autograd.Function):
                 dconv[hs] = grads[3]
         db_out = gy.sum(0) if ctx.has_b_out and need[6] else None
         return (
-            None if dx is None else dx.view_as(x),
+            None if dx is None else dx.view_as(x).to(x.dtype),
             None,
             None if dw3 is None else dw3.view_as(w_qkv),
             None if db3 is None else db3.view_as(b_qkv),

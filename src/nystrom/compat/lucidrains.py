@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nystrom.attention.base import conv_skip, split_heads
+from nystrom.attention.base import conv_skip, project_heads
 from nystrom.functional.attention import nystrom_attention, nystrom_factors
 from nystrom.functional.checks import (
     check_choice,
@@ -118,7 +118,8 @@ class NystromAttention(nn.Module):
         mask = check_mask(mask, b, n, x.device)
         if mask is not None:  # padded positions may hold NaN: zero them before any weight sees them
             x = x.masked_fill(~mask[..., None], 0)
-        q, k, v = split_heads(self.to_qkv(x), self.heads, self.dim_head)  # each (b, h, n, d)
+        w, bias = self.to_qkv.weight, self.to_qkv.bias
+        q, k, v = project_heads(x, w, bias, self.heads, self.dim_head)  # each (b, h, n, d) views
         opts = dict(
             num_landmarks=self.num_landmarks,
             mask=mask,
