@@ -107,6 +107,7 @@ def kernel_path(request, monkeypatch):
     big = 1 if request.param == "chunked" else 10**9
     monkeypatch.setattr(kernels, "SHORT_MIN_N", big)
     monkeypatch.setattr(kernels, "LONG_MIN_N", big)
+    monkeypatch.setattr(kernels, "TRAIN_MIN_N", big)
     return request.param
 
 
@@ -214,6 +215,7 @@ def test_kernels_unshifted_fast_path_and_max_shifted_fallback(monkeypatch, scale
     # max-shifted softmax otherwise; at scale 60 the scores reach hundreds (exp2 overflows float32).
     monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
     monkeypatch.setattr(kernels, "LONG_MIN_N", 1)
+    monkeypatch.setattr(kernels, "TRAIN_MIN_N", 1)
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 4)
     monkeypatch.setattr(kernels, "CHUNK_KEYS", 4)
     calls = {"short": 0, "long": 0}
@@ -245,6 +247,7 @@ def test_kernels_unshifted_fast_path_and_max_shifted_fallback(monkeypatch, scale
 def test_gradcheck_kernels_through_the_max_shifted_path(monkeypatch):
     monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
     monkeypatch.setattr(kernels, "LONG_MIN_N", 1)
+    monkeypatch.setattr(kernels, "TRAIN_MIN_N", 1)
     monkeypatch.setattr(kernels, "_sums_in_range", lambda tot: False)  # force the fallback everywhere
     q = torch.randn(1, 2, 6, 3, dtype=torch.float64, requires_grad=True)
     k = torch.randn(1, 2, 6, 3, dtype=torch.float64, requires_grad=True)

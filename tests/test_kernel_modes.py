@@ -1,7 +1,8 @@
 """The threaded CPU kernels: every grad mode, batch 0 (regressions of issue #15), and training
 gradients through them (padding inert, batch independence).
 
-The kernels switch on at ``SHORT_MIN_N``/``LONG_MIN_N`` tokens (16384); the tests lower both so that
+The kernels switch on at ``SHORT_MIN_N``/``LONG_MIN_N`` tokens (16384; ``TRAIN_MIN_N`` when a gradient is
+recorded); the tests lower all three so that
 tiny inputs take the threaded chunked path, with 2 intra-op threads so that the worker pool runs.
 """
 
@@ -17,6 +18,7 @@ def threaded_kernels(monkeypatch):
     """Chunked kernels from 1 token on, several chunks and ranges, 2 threads (restored afterwards)."""
     monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
     monkeypatch.setattr(kernels, "LONG_MIN_N", 1)
+    monkeypatch.setattr(kernels, "TRAIN_MIN_N", 1)
     monkeypatch.setattr(kernels, "CHUNK_ROWS", 16)
     monkeypatch.setattr(kernels, "CHUNK_KEYS", 16)
     prev = torch.get_num_threads()
@@ -94,3 +96,21 @@ def test_kernel_path_module_gradients_padding_inert_and_batch_independent(thread
     torch.testing.assert_close(dw2, dw, rtol=1e-10, atol=1e-12)
     dx_alone, _ = grads(x[1:], mask[1:], g[1:])  # sample 1 alone: same input gradient
     torch.testing.assert_close(dx_alone[0], dx[1], rtol=1e-10, atol=1e-12)
+
+
+def test_training_switch_point_is_separate_from_inference(monkeypatch):
+    """With a gradient to record the CPU dispatch uses ``TRAIN_MIN_N``; without one, ``*_MIN_N``."""
+    monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
+    monkeypatch.setattr(kernels, "LONG_MIN_N", 1)
+    monkeypatch.setattr(kernels, "TRAIN_MIN_N", 10**9)
+    q = torch.randn(1, 2, 40, 8)
+    kl = torch.randn(1, 2, 4, 8)
+    fused = kernels.short_key_attention(q, kl, kl, scale=0.3)
+    assert fused.is_contiguous() is False  # a (b, h, n, d) view of the fused kernel's (b, n, h, d) buffer
+    q.requires_grad_()
+    out = kernels.short_key_attention(q, kl, kl, scale=0.3)
+    assert out.grad_fn is not None and "ShortKey" not in type(out.grad_fn).__name__
+    monkeypatch.setattr(kernels, "TRAIN_MIN_N", 1)
+    out = kernels.short_key_attention(q, kl, kl, scale=0.3)
+    assert "ShortKey" in type(out.grad_fn).__name__
+    torch.testing.assert_close(out.detach(), fused, rtol=1e-5, atol=1e-6)

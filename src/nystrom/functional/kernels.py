@@ -18,8 +18,9 @@ into heads-interleaved buffers, so no (n, m) or (m, n) matrix is ever alive, for
 Masked keys get probability exactly 0 via ``masked_fill`` (so any finite garbage at padding is inert).
 Scores are in base 2 and exponentiated without a row max when every row sum stays in [2⁻⁶⁴, 2⁶⁴]
 (softmax is shift-invariant); otherwise the chunk (short-key) or the call (long-key) is redone with it.
-On other devices, and below ``*_MIN_N`` tokens on CPU, the same maths runs through the fused
-``scaled_dot_product_attention`` (flash attention: O(n) memory too, and faster for short sequences).
+On other devices, and below ``*_MIN_N`` tokens on CPU (``TRAIN_MIN_N`` when autograd records a
+gradient), the same maths runs through the fused ``scaled_dot_product_attention`` (flash attention:
+O(n) memory too, and faster for short sequences and in training).
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ SPLITS: int | None = None  # row/key ranges per sample (one work item each); Non
 # chunk loops; measured on the 2-core VM, b·h = 8: level at 16384, SDPA 25 vs 37 ms for the core at 8192.
 SHORT_MIN_N = 16384
 LONG_MIN_N = 16384
+# With a gradient to record, the switch moves up: SDPA's flash backward beats ours by more than our
+# forward beats its forward. Module fwd+bwd (e = 512, h = 8, m = 64, 2-core AMD EPYC, interleaved A/B,
+# session 6), fused vs SDPA ms: n = 8192 356/314, 16384 781/690, 24576 1175/1069, 32768 1480/1437,
+# 65536 2905/2829, 131072 6435/6409 (level; same peak memory); TransMIL (m = 256, conv 33) 6000 536/477,
+# 20000 1576/1548. Above this length training takes the fused kernels and their recomputing backward.
+TRAIN_MIN_N = 131072
 UNSHIFTED_MIN, UNSHIFTED_MAX = 2.0**-64, 2.0**64  # row sums for which unshifted exp2 is safe (_probs2)
 
 
@@ -267,6 +274,12 @@ def _row_unit_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _fused(n: int, min_n: int, *tensors: torch.Tensor) -> bool:
+    """Whether a CPU call of ``n`` tokens takes the fused kernels (see ``SHORT_MIN_N``, ``TRAIN_MIN_N``)."""
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    return n >= (TRAIN_MIN_N if training else min_n)
+
+
 def short_key_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, valid: torch.Tensor | None = None, scale: float
 ) -> torch.Tensor:
@@ -281,7 +294,7 @@ def short_key_attention(
     Returns:
         (b, h, n, dv); on CPU a view of a contiguous (b, n, h, dv) buffer.
     """
-    if q.device.type != "cpu" or q.shape[2] < SHORT_MIN_N:
+    if q.device.type != "cpu" or not _fused(q.shape[2], SHORT_MIN_N, q, k, v):
         mask = None if valid is None else valid[:, None, None, :]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if q.dtype in _HALF:  # CPU: accumulate softmax sums in float32; the result returns in q's dtype
@@ -303,7 +316,7 @@ def long_key_attention(
     Returns:
         (b, h, m, dv).
     """
-    if q.device.type != "cpu" or k.shape[2] < LONG_MIN_N:
+    if q.device.type != "cpu" or not _fused(k.shape[2], LONG_MIN_N, q, k, v):
         mask = None if key_mask is None else key_mask[:, None, None, :]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if q.dtype in _HALF:  # CPU: the online softmax's running sums need float32
