@@ -202,10 +202,11 @@ def test_training_bench_quick_writes_tables_plot_and_ratios(tmp_path):
         args.func(_parse(["bench", "training", "--lengths", "64"]))
 
 
-def test_training_floor_counts_projections_core_and_conv():
+def test_training_floor_counts_projections_core_conv_and_pinv():
     from nystrom.bench.training import floor_ms
 
-    regime = dict(h=8, d=64, m=64, conv=33)
     n, e = 4096, 512
-    flops = 24 * n * e * e + 28 * n * 64 * e + 6 * 33 * n * e
-    assert floor_ms(regime, n, 100.0) == pytest.approx(flops / 1e11 * 1e3)
+    for m in (64, 256):
+        regime = dict(h=8, d=64, m=m, conv=33)
+        flops = 24 * n * e * e + 28 * n * m * e + 6 * 33 * n * e + 6 * 4 * 2 * m**3 * 8 * 3  # pinv: fwd + 2x bwd
+        assert floor_ms(regime, n, 100.0) == pytest.approx(flops / 1e11 * 1e3)

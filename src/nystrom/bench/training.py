@@ -158,14 +158,19 @@ def memory_case(impl: str, regime_name: str, n: int, *, quick: bool) -> dict:
 
 
 def floor_ms(regime: dict, n: int, gflops: float) -> float:
-    """FLOP floor of our layer's forward + backward: projections 24·n·e², core 28·n·m·e, conv 6·K·n·e.
+    """FLOP floor of our layer's forward + backward: projections 24·n·e², core 28·n·m·e, conv 6·K·n·e,
+    and the m×m part 144·m³·h.
 
     Projections (q/k/v and output): 8·n·e² forward, twice that backward (input and weight gradients).
     Core: 4 n×m×d GEMMs forward (8·n·m·d per head), 10 backward (two recomputed score products, and
-    dV, dP, dQ, dK for each of the two softmax kernels: 20·n·m·d), the m×m part is negligible.
+    dV, dP, dQ, dK for each of the two softmax kernels: 20·n·m·d). The iterative pseudo-inverse: 6
+    iterations of 4 m×m products (48·m³ per head forward, twice that backward); negligible at m = 64
+    (0.3 GFLOP), a fifth of the floor at TransMIL's m = 256 (19 GFLOP), and the same for every
+    implementation of the method.
     """
-    e, m, k = regime["h"] * regime["d"], regime["m"], regime["conv"] or 0
-    return (24 * n * e * e + 28 * n * m * e + 6 * k * n * e) / (gflops * 1e9) * 1e3
+    e, m, k, h = regime["h"] * regime["d"], regime["m"], regime["conv"] or 0, regime["h"]
+    flops = 24 * n * e * e + 28 * n * m * e + 6 * k * n * e + 144 * m**3 * h
+    return flops / (gflops * 1e9) * 1e3
 
 
 def listops_case(*, rounds: int, warmup: int, quick: bool) -> dict:
