@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,6 +178,17 @@ def wall_time(train_records: list[dict]) -> float:
     return total + prev
 
 
+def median_step_time(train_records: list[dict]) -> float | None:
+    """Median seconds per optimiser step between consecutive train logs of one segment: unlike the wall
+    time, robust to pauses (a suspended run, evaluations, a machine shared for a while)."""
+    rates = [
+        (b["time"] - a["time"]) / (b["step"] - a["step"])
+        for a, b in zip(train_records, train_records[1:])
+        if b["step"] > a["step"] and b["time"] > a["time"]  # a resumed segment restarts its clock
+    ]
+    return statistics.median(rates) if rates else None
+
+
 def summarize(run: PretrainRun) -> dict:
     """What ``results.json`` reports of one variant (from its metrics.jsonl; partial runs included)."""
     cfg = run.train_config()
@@ -188,6 +200,8 @@ def summarize(run: PretrainRun) -> dict:
     steps = max((r["step"] for r in train_recs), default=0)
     out.update(steps=steps, finished=_finished(run), tokens_seen=steps * cfg.batch_size * run.length())
     out["wall_time_s"] = round(wall_time(train_recs), 3)
+    step_s = median_step_time(train_recs)
+    out["median_step_s"] = None if step_s is None else round(step_s, 3)
     if dev:
         best = max(dev, key=lambda r: (r["mlm_accuracy"], -r["step"]))
         out.update(
