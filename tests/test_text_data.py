@@ -142,3 +142,25 @@ def test_dataset_items_specials_sop_and_determinism(big_corpus, tok):
 def _is_sub(part: list, whole: list) -> bool:
     n = len(part)
     return any(whole[k : k + n] == part for k in range(len(whole) - n + 1))
+
+
+def test_dupe_factor_redraws_masks_and_order_per_copy(big_corpus, tok):
+    """Copy c of pair j is item c·I + j: the same pair (regression: one fixed draw per pair let
+    Figure 5's models memorise masks and SOP labels), copy 0 unchanged."""
+    one = PretrainingDataset(big_corpus, tok, split="train", seq_len=32, seed=7)
+    three = PretrainingDataset(big_corpus, tok, split="train", seq_len=32, seed=7, dupe_factor=3)
+    n = len(one)
+    assert len(three) == 3 * n and len(three.instances) == n
+    for j in (0, 7, n - 1):
+        assert all((one[j][k] == three[j][k]).all() for k in one[j])
+    differ, flips = 0, 0
+    for j in range(100):
+        a, b = three[j], three[n + j]
+        flips += int(a["sentence_order_label"] != b["sentence_order_label"])
+        differ += int(not np.array_equal(a["labels"].numpy(), b["labels"].numpy()))
+    assert differ >= 95 and 30 <= flips <= 70  # fresh masks; SOP order redrawn (≈ half flip)
+    with pytest.raises(IndexError):
+        three[3 * n]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="dupe_factor"):
+            PretrainingDataset(big_corpus, tok, split="train", seq_len=32, dupe_factor=bad)

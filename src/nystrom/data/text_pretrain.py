@@ -23,6 +23,7 @@ from nystrom.data.text import TextTokenizer, TokenizedCorpus
 
 MASK_PROB = 0.15
 SHORT_SEQ_PROB = 0.1
+DUPE_FACTOR = 10  # BERT's create_pretraining_data default: draws of masks per training pair
 SPLIT_SALT = {"train": 0, "dev": 1}
 
 
@@ -123,6 +124,13 @@ def mask_tokens(
 class PretrainingDataset(Sequence):
     """Map-style MLM + SOP examples of one split; item ``i`` is a pure function of (seed, split, i).
 
+    ``dupe_factor`` = k makes the split k times as long: item ``c·I + j`` (I segment pairs) is pair j with
+    its c-th draw of masks, segment order and truncation (BERT's ``dupe_factor``). Why: with one draw per
+    pair, a model trained for several epochs learns each example's masked tokens and SOP label by heart
+    instead of the language (measured on Brown, Figure 5 from scratch: after 1600 steps, 12 epochs,
+    softmax BERT-small reached 24 % MLM and 100 % SOP accuracy on its training examples with their own
+    masks, 12.5 % and 44 % with fresh ones, the same as on dev). Copy 0 is the single-draw item.
+
     Items: ``input_ids``, ``token_type_ids``, ``labels`` (-100 = not predicted), all (n,) int64, and
     ``sentence_order_label`` () int64 (1 = the two segments were swapped).
     """
@@ -137,10 +145,14 @@ class PretrainingDataset(Sequence):
         dev_fraction: float = 0.05,
         short_seq_prob: float = SHORT_SEQ_PROB,
         seed: int = 0,
+        dupe_factor: int = 1,
     ) -> None:
         if split not in SPLIT_SALT:
             raise ValueError(f"split must be one of {sorted(SPLIT_SALT)}, got {split!r}")
+        if isinstance(dupe_factor, bool) or not isinstance(dupe_factor, int) or dupe_factor < 1:
+            raise ValueError(f"dupe_factor must be an int >= 1, got {dupe_factor!r}")
         self.tok, self.seq_len, self.seed, self.salt = tokenizer, seq_len, seed, SPLIT_SALT[split]
+        self.dupe_factor = dupe_factor
         self.tokens = corpus.tokens  # (t,)
         docs = split_documents(corpus.num_documents, dev_fraction)[split]
         self.instances = build_instances(
@@ -152,13 +164,14 @@ class PretrainingDataset(Sequence):
         self.replacement_ids = np.setdiff1d(np.arange(tokenizer.vocab_size), special)  # (v - specials,)
 
     def __len__(self) -> int:
-        return len(self.instances)
+        return len(self.instances) * self.dupe_factor
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        if not 0 <= i < len(self.instances):
-            raise IndexError(f"example {i} out of range [0, {len(self.instances)})")
-        rng = np.random.default_rng([self.seed, self.salt, i])
-        start, split, end = (int(x) for x in self.instances[i])
+        if not 0 <= i < len(self):
+            raise IndexError(f"example {i} out of range [0, {len(self)})")
+        copy, j = divmod(i, len(self.instances))
+        rng = np.random.default_rng([self.seed, self.salt, j] if copy == 0 else [self.seed, self.salt, j, copy])
+        start, split, end = (int(x) for x in self.instances[j])
         a = np.asarray(self.tokens[start:split], dtype=np.int64)
         b = np.asarray(self.tokens[split:end], dtype=np.int64)
         a, b = truncate_pair(a, b, self.seq_len - 3, rng)

@@ -26,7 +26,7 @@ from torch import nn
 
 from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer, train_wordpiece
 from nystrom.data.text_corpus import resolve_corpus
-from nystrom.data.text_pretrain import SHORT_SEQ_PROB, PretrainingDataset, collate_pretraining
+from nystrom.data.text_pretrain import DUPE_FACTOR, SHORT_SEQ_PROB, PretrainingDataset, collate_pretraining
 from nystrom.model import NystromformerConfig, NystromformerForPreTraining
 from nystrom.tasks.text_models import (
     PAPER_CONV_KERNEL,
@@ -87,6 +87,7 @@ class PretrainRun:
     short_seq_prob: float = SHORT_SEQ_PROB
     grad_accum: int = 1
     seed: int = 0
+    dupe_factor: int = DUPE_FACTOR  # draws of masks / segment order per training pair (dev: one)
     precision: str = "fp32"  # fp32, bf16, fp16 (nystrom.training.device)
     device: str = "auto"
     compile: bool = False
@@ -244,7 +245,7 @@ def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     kw = dict(
         seq_len=run.length(), dev_fraction=run.dev_fraction, short_seq_prob=run.short_seq_prob, seed=run.seed
     )
-    train_set = PretrainingDataset(cache, tok, split="train", **kw)
+    train_set = PretrainingDataset(cache, tok, split="train", dupe_factor=run.dupe_factor, **kw)
     dev_set = PretrainingDataset(cache, tok, split="dev", **kw)
     length, pad = run.length(), tok.pad_id
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nystrom.data.text import load_tokenizer
+from nystrom.data.text_pretrain import DUPE_FACTOR
 from nystrom.model import NystromformerConfig, minilm_path
 from nystrom.tasks.pretrain import PretrainRun, run_pretrain
 from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_config, parse_attention
@@ -111,6 +112,7 @@ class CompareRun:
     warmup: int | None = None  # None: 2% of the steps, the paper's 10k of 500k
     eval_every: int = 100
     eval_batches: int = 16
+    dupe_factor: int = DUPE_FACTOR  # mask draws per training pair (see PretrainingDataset)
     conv_kernel: int | None = PAPER_CONV_KERNEL
     dropout: float | None = None
     dev_fraction: float = 0.05
@@ -137,7 +139,7 @@ class CompareRun:
             model=str(self.out / "model.json"), attention=variant, conv_kernel=self.conv_kernel,
             steps=self.steps, batch_size=self.batch_size, seq_len=self.seq_len, lr=self.lr, warmup=self.warmup,
             eval_every=self.eval_every, eval_batches=self.eval_batches, dropout=self.dropout,
-            dev_fraction=self.dev_fraction, seed=self.seed, precision=self.precision,
+            dev_fraction=self.dev_fraction, seed=self.seed, dupe_factor=self.dupe_factor, precision=self.precision,
             device=self.device, compile=self.compile,
         )  # fmt: skip
 

@@ -69,7 +69,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         seq_len=args.seq_len, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
         eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
         dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed,
-        **device_options(args),
+        **_given(dupe_factor=args.dupe_factor), **device_options(args),
     )  # fmt: skip
     with run_folder(args.out):
         res = run_pretrain(run, progress=not args.no_progress)
@@ -77,6 +77,14 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         print(json.dumps(res, indent=2, sort_keys=True))
         print(f"model (best dev MLM accuracy) in {args.out / 'model'}")
     return 0
+
+
+_DUPE_HELP = "draws of masks and segment order per training pair (default 10, BERT's dupe_factor)"
+
+
+def _given(**options: object) -> dict[str, object]:
+    """The options the user gave (not None): the run's dataclass defaults hold for the others."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def cmd_pretrain_compare(args: argparse.Namespace) -> int:
@@ -87,7 +95,7 @@ def cmd_pretrain_compare(args: argparse.Namespace) -> int:
         hidden_size=args.hidden, num_heads=args.heads, intermediate_size=args.ffn, num_layers=args.layers,
         seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr, warmup=args.warmup,
         eval_every=args.eval_every, eval_batches=args.eval_batches, conv_kernel=args.conv_kernel,
-        dropout=args.dropout, seed=args.seed, **device_options(args),
+        dropout=args.dropout, seed=args.seed, **_given(dupe_factor=args.dupe_factor), **device_options(args),
     )  # fmt: skip
     with run_folder(args.out):  # one compare per experiment folder; its variants run one after the other
         report = run_compare(run, progress=not args.no_progress, report_only=args.report_only)
@@ -146,6 +154,7 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
         "--conv-kernel", type=kernel, default=d.conv_kernel, help="Nyström conv skip taps (0 = none; default 65)"
     )  # fmt: skip
     c.add_argument("--dropout", type=dropout, help="override the model's dropout (default 0.1)")
+    c.add_argument("--dupe-factor", type=positive_int, help=_DUPE_HELP)
     c.add_argument("--seed", type=int, default=0, help="initialisation, example order, masks (default 0)")
     add_device_options(c)
     c.add_argument(
@@ -195,6 +204,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dev-fraction", type=open_fraction, default=0.05, help="documents held out for MLM/SOP accuracy"
     )
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per step")
+    p.add_argument("--dupe-factor", type=positive_int, help=_DUPE_HELP)
     add_common(p, out_required=False)  # not required here, so that `nystrom pretrain compare` parses
     p.set_defaults(func=cmd_pretrain)
     _register_compare(p.add_subparsers(dest="pretrain_command", metavar="{compare}", required=False))
