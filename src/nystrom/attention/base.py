@@ -159,10 +159,9 @@ class AttentionBase(nn.Module):
 
 
 def split_heads(qkv: torch.Tensor, heads: int, dim_head: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(b, n, 3·h·d) fused projection -> q, k, v views (b, h, n, d) (the ``(3, h, d)`` column layout)."""
-    if torch.compiler.is_compiling():  # the compiler fuses the split itself; _SplitHeads is opaque to it
-        return qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4).unbind(0)
-    return _SplitHeads.apply(qkv, heads, dim_head)
+    """(b, n, 3·h·d) fused projection -> q, k, v views (b, h, n, d) (the ``(3, h, d)`` column layout).
+    The traced path of :func:`project_heads`; eagerly that one's backward avoids autograd's copies."""
+    return qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def project_heads(
@@ -236,28 +235,3 @@ class _ProjectHeads(torch.autograd.Function):
         if need_x and dx is None:
             dx = x2.new_zeros(b * n, e)
         return None if dx is None else dx.view(b, n, e).to(x.dtype), dw, db, None, None
-
-
-class _SplitHeads(torch.autograd.Function):
-    """(b, n, 3·h·d) -> q, k, v views (b, h, n, d); the backward writes the three gradients straight into
-    one (b, n, 3, h, d) buffer (autograd's unbind/permute/reshape chain would copy twice)."""
-
-    @staticmethod
-    def forward(ctx, qkv, heads, dim_head):
-        ctx.shape = qkv.shape
-        parts = qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4)  # (3, b, h, n, d)
-        return parts[0], parts[1], parts[2]
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dq, dk, dv):
-        b, n, e3 = ctx.shape
-        ref = next(g for g in (dq, dk, dv) if g is not None)
-        h, d = ref.shape[1], ref.shape[3]
-        grad = ref.new_empty(b, n, 3, h, d)  # no huge-page hint in a backward (functional/memory.py)
-        for i, g in enumerate((dq, dk, dv)):
-            if g is None:
-                grad[:, :, i].zero_()
-            else:
-                grad[:, :, i].copy_(g.transpose(1, 2))  # (b, n, h, d)
-        return grad.view(b, n, e3), None, None
