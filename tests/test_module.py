@@ -95,7 +95,7 @@ def test_project_heads_matches_linear_then_split(bias, needs):
     """The fused projection's backward (∂q, ∂k, ∂v used where they lie) equals autograd's."""
     import torch.nn.functional as F
 
-    from nystrom.attention.base import project_heads, split_heads
+    from nystrom.functional.projection import project_heads, split_heads
 
     torch.manual_seed(0)
     x = torch.randn(2, 11, 24, dtype=torch.double)
@@ -104,7 +104,10 @@ def test_project_heads_matches_linear_then_split(bias, needs):
     grads = [torch.randn(2, 4, 11, 6, dtype=torch.double) for _ in range(3)]
     results = []
     for fn in (project_heads, lambda x, w, b, h, d: split_heads(F.linear(x, w, b), h, d)):
-        xs, ws = x.clone().requires_grad_(needs != "weights_only"), w.clone().requires_grad_(needs != "x_only")
+        xs, ws = (
+            x.clone().requires_grad_(needs != "weights_only"),
+            w.clone().requires_grad_(needs != "x_only"),
+        )
         bs = None if b is None else b.clone().requires_grad_(needs != "x_only")
         q, k, v = fn(xs, ws, bs, 4, 6)
         # k gets no gradient at all and v a transposed-layout one: both paths must still agree

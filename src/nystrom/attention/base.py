@@ -23,6 +23,7 @@ from nystrom.functional.checks import (
 )
 from nystrom.functional.conv import depthwise_seq_conv
 from nystrom.functional.dropout import Dropout
+from nystrom.functional.projection import project_heads
 
 
 class AttentionBase(nn.Module):
@@ -158,27 +159,6 @@ class AttentionBase(nn.Module):
         )
 
 
-def split_heads(qkv: torch.Tensor, heads: int, dim_head: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(b, n, 3·h·d) fused projection -> q, k, v views (b, h, n, d) (the ``(3, h, d)`` column layout).
-    The traced path of :func:`project_heads`; eagerly that one's backward avoids autograd's copies."""
-    return qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4).unbind(0)
-
-
-def project_heads(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, heads: int, dim_head: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The fused q/k/v projection ``F.linear(x, weight, bias)`` split into head views q, k, v (b, h, n, d).
-
-    x (b, n, e); weight (3·h·d, e) in the ``(3, h, d)`` row layout. Same values and gradients as
-    ``split_heads(F.linear(x, weight, bias), h, d)``; eagerly the backward multiplies each of ∂q, ∂k, ∂v
-    with its third of the weight where it lies, instead of first copying the three into one
-    (b, n, 3·h·d) gradient (one write and one read of 3 (b, n, e) tensors less, and no such buffer).
-    """
-    if torch.compiler.is_compiling():
-        return split_heads(F.linear(x, weight, bias), heads, dim_head)
-    return _ProjectHeads.apply(x, weight, bias, heads, dim_head)
-
-
 def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """The depthwise conv skip ``Conv2d(h, h, (K, 1), padding=(K // 2, 0), groups=h, bias=False)`` of v.
 
@@ -192,46 +172,3 @@ def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     w = weight.to(v.dtype).view(1, h, k, 1)  # (1, h, K, 1)
     vp = F.pad(v, (0, 0, k // 2, k // 2))  # (b, h, n + K − 1, d)
     return sum(vp[:, :, j : j + n] * w[:, :, j : j + 1] for j in range(k))  # (b, h, n, d)
-
-
-class _ProjectHeads(torch.autograd.Function):
-    """x -> q, k, v head views of ``F.linear(x, weight, bias)``; see :func:`project_heads`."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, heads, dim_head):
-        ctx.save_for_backward(x, weight)
-        ctx.has_bias = bias is not None
-        qkv = F.linear(x, weight, bias)  # (b, n, 3·h·d)
-        parts = qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4)  # (3, b, h, n, d)
-        return parts[0], parts[1], parts[2]
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dq, dk, dv):
-        x, weight = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        b, n, e = x.shape
-        hd = weight.shape[0] // 3
-        # The forward's compute dtype (autocast's, e.g. bfloat16, or the inputs'): the products run in it,
-        # as autograd's would after autocast's casts; the gradients return in the inputs' dtypes.
-        dt = next(g for g in (dq, dk, dv) if g is not None).dtype
-        x2 = x.reshape(b * n, e).to(dt)
-        dx = dw = db = None
-        if need_w:
-            dw = weight.new_zeros(weight.shape)  # (3·h·d, e)
-        if need_b and ctx.has_bias:
-            db = weight.new_zeros(weight.shape[0])
-        for i, g in enumerate((dq, dk, dv)):
-            if g is None:
-                continue
-            g2 = g.transpose(1, 2).reshape(b * n, hd)  # (b·n, h·d): a view when g lies as (b, n, h, d)
-            w_i = weight[i * hd : (i + 1) * hd].to(dt)  # (h·d, e)
-            if need_x:
-                dx = g2 @ w_i if dx is None else dx.addmm_(g2, w_i)  # ∂x = Σ ∂t · W_t
-            if dw is not None:
-                dw[i * hd : (i + 1) * hd] = g2.mT @ x2  # ∂W_t = ∂tᵀ · x
-            if db is not None:
-                db[i * hd : (i + 1) * hd] = g2.sum(0)
-        if need_x and dx is None:
-            dx = x2.new_zeros(b * n, e)
-        return None if dx is None else dx.view(b, n, e).to(x.dtype), dw, db, None, None

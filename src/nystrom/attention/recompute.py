@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.functional.memory import empty
+from nystrom.functional.projection import fold_linear_grad
 
 # One group's q/k/v (b, n, 3, g, d) stays under this many bytes (at least one head): at long n one head
 # at a time (measured at n = 65536: 32 MiB groups 792 MB peak, 128 MiB 830, 256 MiB 1232), while short
@@ -104,7 +105,7 @@ class _Recompute(torch.autograd.Function):
         dev, amp, amp_dtype = ctx.amp
         dt = grad_out.dtype  # the forward's compute dtype: the products below run in it (as autograd's would)
         x2, gy = x.reshape(b * n, e).to(dt), grad_out.reshape(b * n, e)  # (b·n, e)
-        dx = torch.zeros_like(x2) if need[0] else None  # in dt; returned in x's dtype
+        dx = None  # (b·n, e) in dt, summed over groups; returned in x's dtype
         dw3 = w3.new_zeros(w3.shape) if need[2] else None  # (3, h, d, e)
         db3 = None if b3 is None or not need[3] else b3.new_zeros(b3.shape)
         dconv = None if conv_w is None or not need[4] else torch.zeros_like(conv_w)
@@ -121,14 +122,12 @@ class _Recompute(torch.autograd.Function):
                 inputs = qkv if cw is None else [*qkv, cw]
                 grads = torch.autograd.grad(o, inputs, go)
             del o, go
-            for i, gt in enumerate(grads[:3]):
-                gt = gt.reshape(b * n, g * d).to(dt)  # ∂q, ∂k or ∂v of the group
-                if dx is not None:
-                    dx.addmm_(gt, w3[i, hs].reshape(g * d, e).to(dt))  # ∂x += ∂t · W_t
-                if dw3 is not None:
-                    dw3[i, hs] = (gt.mT @ x2).view(g, d, e)  # ∂W_t = ∂tᵀ · x
-                if db3 is not None:
-                    db3[i, hs] = gt.sum(0).view(g, d)
+            for i, gt in enumerate(grads[:3]):  # ∂q, ∂k, ∂v of the group (b, n, g·d)
+                dx = fold_linear_grad(
+                    gt.reshape(b * n, g * d).to(dt), x2, w3[i, hs].reshape(g * d, e).to(dt), dx,
+                    need_x=need[0], dw=None if dw3 is None else dw3[i, hs].view(g * d, e),
+                    db=None if db3 is None else db3[i, hs].view(g * d),
+                )  # fmt: skip
             if dconv is not None:
                 dconv[hs] = grads[3]
         db_out = gy.sum(0) if ctx.has_b_out and need[6] else None

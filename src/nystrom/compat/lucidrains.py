@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nystrom.attention.base import conv_skip, project_heads
+from nystrom.attention.base import conv_skip
 from nystrom.functional.attention import nystrom_attention, nystrom_factors
 from nystrom.functional.checks import (
     check_choice,
@@ -42,6 +42,7 @@ from nystrom.functional.checks import (
 )
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.pinv import PINV_INITS
+from nystrom.functional.projection import project_heads
 
 
 class NystromAttention(nn.Module):
