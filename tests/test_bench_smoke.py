@@ -200,6 +200,52 @@ def test_training_bench_quick_writes_tables_plot_and_ratios(tmp_path):
     assert len(anchor_rows) == 2 and all(ln.count("×") >= 2 for ln in anchor_rows), anchor_rows
     with pytest.raises(UsageError, match="--lengths"):
         args.func(_parse(["bench", "training", "--lengths", "64"]))
+    assert "allocator: " in text
+
+
+def test_training_bench_malloc_option_is_checked():
+    with pytest.raises(UsageError, match="needs fresh processes"):
+        args = _parse(["bench", "training", "--quick", "--malloc", "cached"])
+        args.func(args)
+    for suite in ("table1", "core"):
+        with pytest.raises(UsageError, match="--malloc"):
+            args = _parse(["bench", suite, "--malloc", "cached"])
+            args.func(args)
+
+
+_FAULTS = """
+import resource, torch
+def touch():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    t = torch.ones(64 << 18)  # 64 MiB: above glibc's largest mmap threshold
+    del t
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+touch(), touch()  # glibc settles on a reused block from the third call on (the benchmark warms up 3 rounds)
+print(touch())
+"""
+
+
+@pytest.mark.skipif(not __import__("platform").libc_ver()[0] == "glibc", reason="glibc tunables")
+def test_malloc_cached_reuses_mapped_memory(monkeypatch):
+    """The regression the ``--malloc cached`` mode exists for: under glibc's defaults a second 64 MiB
+    tensor page-faults again and again (16384 4 KiB faults); cached, once warm, it reuses mapped pages."""
+    import subprocess
+    import sys
+
+    from nystrom.bench.common import MALLOC, allocator_info, malloc_env
+
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    faults = {}
+    for mode in ("system", "cached"):
+        env = {**__import__("os").environ, **malloc_env(mode)}
+        out = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True, text=True, check=True)
+        faults[mode] = int(out.stdout.split()[-1])
+    assert faults["cached"] < 200 and faults["system"] > 1000, faults
+    assert "GLIBC_TUNABLES=" + MALLOC["cached"]["GLIBC_TUNABLES"] in allocator_info(MALLOC["cached"])
+    assert allocator_info({}).endswith("default settings")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
+    with pytest.raises(ValueError, match="already set"):
+        malloc_env("cached")
 
 
 def test_training_floor_counts_projections_core_conv_and_pinv():

@@ -26,6 +26,7 @@ _TABLE1_ONLY = ("device", "batch", "methods", "backward", "max_n", "max_exact_n"
 _CORE_ONLY = ("impls", "modes", "landmarks")
 # what `bench training` does not take: its sizes are the paper's and TransMIL's regimes
 _NOT_TRAINING = (*_TABLE1_ONLY, "modes", "landmarks", "lengths", "heads", "dim_head")
+_TRAINING_ONLY = ("malloc",)
 
 
 def _or(value, default):
@@ -42,7 +43,11 @@ def _command_line() -> str:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    wrong = {"table1": _CORE_ONLY, "core": _TABLE1_ONLY, "training": _NOT_TRAINING}[args.suite]
+    wrong = {
+        "table1": (*_CORE_ONLY, *_TRAINING_ONLY),
+        "core": (*_TABLE1_ONLY, *_TRAINING_ONLY),
+        "training": _NOT_TRAINING,
+    }[args.suite]
     given = [f"--{o.replace('_', '-')}" for o in wrong if getattr(args, o) not in (None, False)]
     if args.suite == "training" and args.dtype != "float32":
         given.append("--dtype")
@@ -120,14 +125,18 @@ def _bench_training(args: argparse.Namespace, markdown: Path | None) -> int:
     bad = [v for v in impls if v not in IMPLS]
     if bad or "nystrom" not in impls:
         raise UsageError(f"--impls: unknown {bad} or nystrom missing; choose from {IMPLS} (nystrom required)")
-    run(
-        quick=args.quick,
-        impls=impls,
-        rounds=args.repeats,
-        out_dir=args.out,
-        markdown=markdown,
-        command=_command_line(),
-    )
+    try:
+        run(
+            quick=args.quick,
+            impls=impls,
+            rounds=args.repeats,
+            out_dir=args.out,
+            markdown=markdown,
+            command=_command_line(),
+            malloc=args.malloc or "system",
+        )
+    except ValueError as err:
+        raise UsageError(str(err)) from err  # --malloc where it cannot take effect
     return 0
 
 
@@ -215,6 +224,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--modes", type=_names, help="comma-separated subset of core,fwd,fwdbwd")
     c.add_argument("--landmarks", type=positive_int, help="default 64")
+    r = b.add_argument_group("training only")
+    r.add_argument(
+        "--malloc",
+        choices=("system", "cached"),
+        help="the cases' C allocator: system (default: as set up; glibc maps blocks of ≥ 32 MiB fresh, "
+        "so their first touch page-faults in every call) or cached (glibc keeps freed memory, as a "
+        "caching allocator would); a cached run writes its own json, png and markdown section",
+    )
     b.set_defaults(func=_cmd_bench)
 
     a = subparsers.add_parser(

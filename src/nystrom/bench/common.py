@@ -4,7 +4,8 @@ Peak memory is the process's resident-set high-water mark (VmHWM) above its leve
 measured call; the mark is reset through /proc/self/clear_refs. Callers run each case in a fresh
 process and measure memory on its first call, before freed blocks can be recycled by the allocator;
 timing then runs with the allocator's defaults, as users get it (on this VM first-touch page faults
-cost about 0.4 ms per MB, so fresh allocations are part of every implementation's time).
+cost about 0.4 ms per MB, so fresh allocations are part of every implementation's time). ``MALLOC``
+names the other setting the training benchmark can run its children under: freed memory kept.
 """
 
 from __future__ import annotations
@@ -22,6 +23,37 @@ from pathlib import Path
 import torch
 
 CHILD_ENV = {"PYTHONUNBUFFERED": "1"}
+
+#: How the children's C allocator treats large blocks (``nystrom bench training --malloc``).
+#: ``system``: as the machine is set up; glibc maps every block of ≥ 32 MiB fresh and unmaps it on
+#: free, so each large tensor's first touch page-faults, in every call. ``cached``: glibc allocates
+#: from its heap only and never returns freed memory, so from the second call on large tensors reuse
+#: pages already mapped (what a caching allocator such as jemalloc, tcmalloc or CUDA's gives).
+MALLOC = {
+    "system": {},
+    "cached": {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"},
+}
+
+
+def malloc_env(mode: str) -> dict[str, str]:
+    """The environment variables of ``MALLOC[mode]``; raises where they would not take effect."""
+    if mode not in MALLOC:
+        raise ValueError(f"malloc mode must be one of {sorted(MALLOC)}, got {mode!r}")
+    env = MALLOC[mode]
+    if env and platform.libc_ver()[0] != "glibc":
+        raise ValueError(f"--malloc {mode} sets glibc tunables, but this Python does not run on glibc")
+    clash = [k for k in env if k in os.environ]
+    if clash:
+        raise ValueError(f"--malloc {mode} sets {clash}, already set in this environment; unset it first")
+    return dict(env)
+
+
+def allocator_info(extra_env: dict[str, str]) -> str:
+    """A line for the report: the allocator settings the children ran under."""
+    env = {**os.environ, **extra_env}
+    parts = [f"{k}={env[k]}" for k in ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_ARENA_MAX") if env.get(k)]
+    libc = "-".join(platform.libc_ver()) or "unknown libc"
+    return f"{libc}, " + (", ".join(parts) if parts else "default settings")
 
 
 def _status_kb(field: str) -> int:
@@ -124,9 +156,10 @@ def machine_info() -> dict[str, str]:
     }
 
 
-def run_child(module: str, args: list[str], *, timeout_s: float) -> dict:
-    """Run ``python -m module args`` in a fresh process; its last stdout line is a JSON dict."""
-    env = {**os.environ, **CHILD_ENV}
+def run_child(module: str, args: list[str], *, timeout_s: float, env: dict[str, str] | None = None) -> dict:
+    """Run ``python -m module args`` in a fresh process (``env`` added to this one's); its last stdout line
+    is a JSON dict."""
+    env = {**os.environ, **CHILD_ENV, **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, timeout=timeout_s
     )

@@ -29,7 +29,14 @@ from torch import nn
 
 from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom.bench.attention import _hf_module, _lucid_module
-from nystrom.bench.common import machine_info, peak_memory_mb, replace_section, run_child
+from nystrom.bench.common import (
+    allocator_info,
+    machine_info,
+    malloc_env,
+    peak_memory_mb,
+    replace_section,
+    run_child,
+)
 from nystrom.bench.listops_step import listops_step
 from nystrom.bench.training_report import render
 
@@ -193,12 +200,12 @@ def child_main(argv: list[str]) -> None:
     print(json.dumps(CASES[spec.pop("kind")](**spec)))
 
 
-def _case(kind: str, quick: bool, **spec) -> dict:
-    """A case in a fresh process (in this one under ``quick``)."""
+def _case(kind: str, quick: bool, env: dict[str, str], **spec) -> dict:
+    """A case in a fresh process under ``env`` (in this one under ``quick``)."""
     if quick:
         return CASES[kind](**spec, quick=True)
     args = [json.dumps({"kind": kind, **spec, "quick": False})]
-    return run_child("nystrom.bench.training", args, timeout_s=3600)
+    return run_child("nystrom.bench.training", args, timeout_s=3600, env=env)
 
 
 def run(
@@ -212,12 +219,22 @@ def run(
     out_dir: Path = Path("docs"),
     markdown: Path | None = Path("docs/benchmarks.md"),
     command: str = "nystrom bench training",
+    malloc: str = "system",
 ) -> dict:
-    """Every (regime, n): interleaved timing + per-implementation peak memory; the ListOps step; report."""
+    """Every (regime, n): interleaved timing + per-implementation peak memory; the ListOps step; report.
+
+    ``malloc``: ``"system"`` or ``"cached"`` (``common.MALLOC``: the children's allocator keeps freed
+    memory); a cached run writes ``bench_training_cached.json``, ``training_cached.png`` and its own
+    section of the markdown, beside the system run's.
+    """
     from tqdm import tqdm
 
     from nystrom.bench.plots import plot_table1
 
+    env = malloc_env(malloc)
+    if env and quick:
+        raise ValueError(f"--malloc {malloc} needs fresh processes; --quick runs in this one")
+    suffix = "" if malloc == "system" else f"_{malloc}"
     rounds = rounds or (1 if quick else 5)
     warmup = (0 if quick else 3) if warmup is None else warmup
     start = time.perf_counter()
@@ -226,13 +243,13 @@ def run(
     floors: list[dict] = []
     bar = tqdm(total=len(cases) * (1 + len(impls)) + listops, desc="training bench", disable=quick)
     for reg, n in cases:
-        timed = _case("time", quick, regime_name=reg, n=n, impls=list(impls), rounds=rounds, warmup=warmup)
+        timed = _case("time", quick, env, regime_name=reg, n=n, impls=list(impls), rounds=rounds, warmup=warmup)
         bar.update()
         results = timed.get("results", {i: {"error": timed.get("error", "no result")} for i in impls})
         for impl in impls:
             row = {"regime": reg, "n": n, "impl": impl, **results.get(impl, {})}
             if "error" not in row:
-                row.update(_case("memory", quick, impl=impl, regime_name=reg, n=n))
+                row.update(_case("memory", quick, env, impl=impl, regime_name=reg, n=n))
             bar.update()
             rows.append(row)
         if "gemm_gflops" in timed:
@@ -240,23 +257,23 @@ def run(
             floors.append(
                 {"regime": reg, "n": n, "gflops": rate, "floor_ms": floor_ms(_regime(reg, quick), n, rate)}
             )
-    steps = _case("listops", quick, rounds=rounds, warmup=warmup) if listops else None
+    steps = _case("listops", quick, env, rounds=rounds, warmup=warmup) if listops else None
     bar.update(int(listops))
     bar.close()
     info = {**machine_info(), "seconds": f"{time.perf_counter() - start:.0f}", "command": command}
+    info["allocator"] = allocator_info(env)
     if quick:
         info["note"] = "; --quick: toy sizes, one process"
     report = render(rows, floors, steps, info, regimes=QUICK if quick else REGIMES)
     print(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {"info": info, "rows": rows, "floors": floors, "listops": steps}
-    (out_dir / "bench_training.json").write_text(json.dumps(data, indent=1))
+    (out_dir / f"bench_training{suffix}.json").write_text(json.dumps(data, indent=1))
     plot_rows = [{**r, "label": f"{r['impl']} ({r['regime']})"} for r in rows if "ms" in r and "peak_mb" in r]
-    plot_table1(
-        plot_rows, out_dir / "training.png", title=f"one attention layer, forward + backward ({info['cpu']})"
-    )
+    title = f"one attention layer, forward + backward ({info['cpu']}, malloc {malloc})"
+    plot_table1(plot_rows, out_dir / f"training{suffix}.png", title=title)
     if markdown is not None:
-        replace_section(markdown, "bench-training", report)
+        replace_section(markdown, f"bench-training{suffix.replace('_', '-')}", report)
     return data
 
 

@@ -19,7 +19,8 @@ def render(
     lines = [
         f"Command: `{info['command']}` ({info['seconds']} s{info.get('note', '')}).",
         f"Machine: {info['cpu']}, {info['threads']} threads; torch {info['torch']}, transformers "
-        f"{info['transformers']}, nystrom-attention {info['nystrom_attention']}, Python {info['python']}.",
+        f"{info['transformers']}, nystrom-attention {info['nystrom_attention']}, Python {info['python']}; "
+        f"allocator: {info.get('allocator', 'not recorded')}.",
         "One attention layer (b = 1, fp32, training mode) forward and backward of a fixed random output "
         "gradient; every figure the median of interleaved rounds in one process; spread = (max − min) / "
         "median; speed-up = median over rounds of their fwd+bwd ÷ ours (> 1: we are faster); memory = "
