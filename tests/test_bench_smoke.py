@@ -220,15 +220,14 @@ def touch():
     t = torch.ones(64 << 18)  # 64 MiB: above glibc's largest mmap threshold
     del t
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-touch(), touch()  # glibc settles on a reused block from the third call on (the benchmark warms up 3 rounds)
-print(touch())
+print(*[touch() for _ in range(16)])
 """
 
 
 @pytest.mark.skipif(not __import__("platform").libc_ver()[0] == "glibc", reason="glibc tunables")
 def test_malloc_cached_reuses_mapped_memory(monkeypatch):
     """The regression the ``--malloc cached`` mode exists for: under glibc's defaults a second 64 MiB
-    tensor page-faults again and again (16384 4 KiB faults); cached, once warm, it reuses mapped pages."""
+    tensor page-faults in every call (16384 4 KiB faults); cached, once warm, it reuses mapped pages."""
     import subprocess
     import sys
 
@@ -239,8 +238,9 @@ def test_malloc_cached_reuses_mapped_memory(monkeypatch):
     for mode in ("system", "cached"):
         env = {**__import__("os").environ, **malloc_env(mode)}
         out = subprocess.run([sys.executable, "-c", _FAULTS], env=env, capture_output=True, text=True, check=True)
-        faults[mode] = int(out.stdout.split()[-1])
-    assert faults["cached"] < 200 and faults["system"] > 1000, faults
+        faults[mode] = [int(f) for f in out.stdout.split()]
+    # glibc's heap settles after a few calls (measured: 8; its holes first miss the aligned request)
+    assert max(faults["cached"][-4:]) < 200 and min(faults["system"]) > 1000, faults
     assert "GLIBC_TUNABLES=" + MALLOC["cached"]["GLIBC_TUNABLES"] in allocator_info(MALLOC["cached"])
     assert allocator_info({}).endswith("default settings")
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")

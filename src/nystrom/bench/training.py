@@ -264,7 +264,7 @@ def run(
     info["allocator"] = allocator_info(env)
     if quick:
         info["note"] = "; --quick: toy sizes, one process"
-    report = render(rows, floors, steps, info, regimes=QUICK if quick else REGIMES)
+    report = render(rows, floors, steps, info, regimes=QUICK if quick else REGIMES, suffix=suffix)
     print(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = {"info": info, "rows": rows, "floors": floors, "listops": steps}

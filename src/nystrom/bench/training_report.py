@@ -13,7 +13,13 @@ def _f(x: float | None, fmt: str = "") -> str:
 
 
 def render(
-    rows: list[dict], floors: list[dict], steps: dict | None, info: dict, *, regimes: dict[str, dict]
+    rows: list[dict],
+    floors: list[dict],
+    steps: dict | None,
+    info: dict,
+    *,
+    regimes: dict[str, dict],
+    suffix: str = "",
 ) -> str:
     """Markdown tables: per regime one row per (n, implementation), the floor, and the ListOps step."""
     lines = [
@@ -78,7 +84,10 @@ def render(
             f"| lucidrains | {res['lucidrains']['ms']:.0f} | {res['lucidrains']['spread']:.0%} | "
             f"{res['lucidrains']['speedup']:.2f}× |",
         ]
-    lines += ["", "![forward + backward time and memory vs n](training.png) — data: `bench_training.json`."]
+    lines += [
+        "",
+        f"![forward + backward time and memory vs n](training{suffix}.png) — data: `bench_training{suffix}.json`.",
+    ]
     return "\n".join(lines)
 
 
