@@ -162,7 +162,9 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
     plain = grads()
-    model.gradient_checkpointing_enable()
+    # transformers ≥ 5.x renamed it (the old name warns of its removal in v6); the floor (5.0) has only the old
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable()
     assert all(layer.gradient_checkpointing for layer in model.nystromformer.encoder.layers)
     ckpt = grads()
     assert plain.keys() == ckpt.keys() and len(plain) > 20
