@@ -27,8 +27,9 @@ CHILD_ENV = {"PYTHONUNBUFFERED": "1"}
 #: How the children's C allocator treats large blocks (``nystrom bench training --malloc``).
 #: ``system``: as the machine is set up; glibc maps every block of ≥ 32 MiB fresh and unmaps it on
 #: free, so each large tensor's first touch page-faults, in every call. ``cached``: glibc allocates
-#: from its heap only and never returns freed memory, so from the second call on large tensors reuse
-#: pages already mapped (what a caching allocator such as jemalloc, tcmalloc or CUDA's gives).
+#: from its heap only and never returns freed memory, so once the heap has settled (a few calls; the
+#: benchmark's warm-up rounds) large tensors reuse pages already mapped (what a caching allocator such
+#: as jemalloc, tcmalloc or CUDA's gives), at the price of resident memory that includes the heap's holes.
 MALLOC = {
     "system": {},
     "cached": {"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"},
