@@ -19,6 +19,7 @@ from nystrom.argtypes import (
     positive_int,
     positive_ints,
 )
+from nystrom.bench.common import MALLOC
 
 MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx` reads q, k, v from
 # options that belong to one suite only; naming one for the other suite is an error, not ignored
@@ -227,7 +228,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r = b.add_argument_group("training only")
     r.add_argument(
         "--malloc",
-        choices=("system", "cached"),
+        choices=tuple(MALLOC),  # bench.common.MALLOC: the one list of modes
         help="the cases' C allocator: system (default: as set up; glibc maps blocks of ≥ 32 MiB fresh, "
         "so their first touch page-faults in every call) or cached (glibc keeps freed memory, as a "
         "caching allocator would); a cached run writes its own json, png and markdown section",
