@@ -155,3 +155,11 @@ def test_compare_runs_draws_and_tabulates(tmp_path):
     assert "nystrom-64 MLM acc" in lines[0] and "softmax SOP acc" in lines[0]
     assert lines[2] == "| 10 | 0.3100 | 0.5000 | 0.3300 | 0.5000 |"
     assert (tmp_path / "fig5.md").read_text() == table
+    # the conv-skip ablation is a second nystrom-64 run: drawn beside the first under its own label
+    ablation = tmp_path / "ablation" / "nystrom-64"
+    ablation.mkdir(parents=True)
+    (ablation / "metrics.jsonl").write_text((runs[0] / "metrics.jsonl").read_text())
+    record = {"attention": "nystrom-64", "model_config": {"attention": {"name": "nystrom", "conv_kernel_size": None}}}
+    (ablation / "pretrain_run.json").write_text(json.dumps(record))
+    header = compare_runs([*runs, ablation], tmp_path / "ab.png").splitlines()[0]
+    assert "nystrom-64 MLM acc" in header and "nystrom-64 no conv MLM acc" in header

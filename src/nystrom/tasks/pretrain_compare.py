@@ -23,8 +23,15 @@ METRICS = ("mlm_accuracy", "sop_accuracy")
 
 
 def _label(run: Path) -> str:
+    """The run's attention spec, with " no conv" for a Nyström run trained without its conv skip (the
+    ablation draws beside the run with it, and both are called ``nystrom-64``)."""
     info = run / "pretrain_run.json"
-    return json.loads(info.read_text())["attention"] if info.is_file() else run.name
+    if not info.is_file():
+        return run.name
+    record = json.loads(info.read_text())
+    attn = record.get("model_config", {}).get("attention", {})
+    no_conv = attn.get("name") == "nystrom" and "conv_kernel_size" in attn and not attn["conv_kernel_size"]
+    return record["attention"] + (" no conv" if no_conv else "")
 
 
 def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
