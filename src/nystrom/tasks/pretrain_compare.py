@@ -100,8 +100,9 @@ class CompareRun:
 
     Defaults: BERT-small's depth (4 layers) at the paper's length 512, width reduced to e = 256 (4 heads,
     FFN 1024); the paper's optimiser (AdamW β (0.9, 0.999), ε 1e-6, weight decay 0.01, clip 1.0) and
-    schedule shape (linear warm-up over 2% of the steps, then linear decay); peak lr 5e-4 because the
-    paper's 1e-4 belongs to batch 256 and 0.5M steps (the same lr for every variant).
+    schedule shape (linear warm-up, then linear decay); peak lr 5e-4 because the paper's 1e-4 belongs to
+    batch 256 and 0.1M steps (the same lr for every variant). The warm-up defaults to 2% of the steps,
+    BERT-base's 10k of 0.5M; BERT-small's 10k of 0.1M would be 10% (``warmup=steps // 10``).
     """
 
     corpus: tuple[str, ...]
@@ -116,7 +117,7 @@ class CompareRun:
     batch_size: int = 16
     steps: int = 2000
     lr: float = 5e-4
-    warmup: int | None = None  # None: 2% of the steps, the paper's 10k of 500k
+    warmup: int | None = None  # None: 2% of the steps (BERT-base's 10k of 500k; BERT-small's is 10%)
     eval_every: int = 100
     eval_batches: int = 16
     dupe_factor: int = DUPE_FACTOR  # mask draws per training pair (see PretrainingDataset)
