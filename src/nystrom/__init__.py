@@ -11,7 +11,9 @@ from nystrom.model import (  # registers the models with transformers' Auto clas
     convert_legacy_checkpoint,
     from_bert,
     from_hf,
+    from_roberta,
     to_hf,
+    to_long,
 )
 
 __version__ = "0.1.0"
@@ -28,9 +30,11 @@ __all__ = [
     "convert_legacy_checkpoint",
     "from_bert",
     "from_hf",
+    "from_roberta",
     "functional",
     "nystrom_attention",
     "segment_means",
     "softmax_attention",
     "to_hf",
+    "to_long",
 ]

@@ -13,10 +13,11 @@ import transformers
 
 from nystrom.model.configuration_nystromformer import MODEL_TYPE, PRESETS, NystromformerConfig
 from nystrom.model.head_layers import DualSequenceClassifierOutput, NystromformerForPreTrainingOutput
-from nystrom.model.interop_bert import from_bert, minilm_path
+from nystrom.model.interop_bert import from_bert, from_roberta, minilm_path
 from nystrom.model.interop_hf import from_hf, to_hf
 from nystrom.model.layers import MAX_ATTENTION_TOKENS
 from nystrom.model.legacy import convert_legacy_checkpoint
+from nystrom.model.long import source_length, to_long
 from nystrom.model.modeling_heads import (
     MODEL_CLASSES,
     NystromformerForDualSequenceClassification,
@@ -74,7 +75,10 @@ __all__ = [
     "convert_legacy_checkpoint",
     "from_bert",
     "from_hf",
+    "from_roberta",
     "minilm_path",
     "save_tokenizer",
+    "source_length",
     "to_hf",
+    "to_long",
 ]

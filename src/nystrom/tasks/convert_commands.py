@@ -1,5 +1,6 @@
 """``nystrom convert``: write transformers folders (model + tokenizer) from BERT, transformers'
-Nystromformer and old nystrom checkpoints, and transformers Nystromformer folders from ours.
+Nystromformer and old nystrom checkpoints, transformers Nystromformer folders from ours, and long-context
+models from short pretrained ones (``convert long``, Longformer's recipe: :func:`nystrom.model.to_long`).
 
 Every folder written holds a tokenizer when the source has one (``tokenizer.json``) or ``--tokenizer``
 names one, so ``AutoTokenizer`` and ``pipeline(..., model=OUT)`` work on it; otherwise a note says so.
@@ -11,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from nystrom.argtypes import existing_dir, existing_file, output_dir, positive_int
+from nystrom.argtypes import UsageError, existing_dir, existing_file, output_dir, positive_int
 
 
 def _tokenizer(args: argparse.Namespace) -> Path | None:
@@ -32,6 +33,48 @@ def _write(model, args: argparse.Namespace, write) -> int:
     else:
         save_tokenizer(tok, args.out, model_max_length=model.config.max_position_embeddings)
     print(f"wrote {type(model).__name__} to {args.out}")
+    return 0
+
+
+def save_long_tokenizer(source: Path, out: Path, *, max_length: int, tokenizer: Path | None) -> bool:
+    """The source's tokenizer in ``out`` with ``model_max_length = max_length``: ``tokenizer`` or the source's
+    ``tokenizer.json``, else whatever ``AutoTokenizer`` reads in the folder (RoBERTa's vocab.json + merges.txt).
+    False when the source has none."""
+    from nystrom.model import save_tokenizer
+
+    tok = tokenizer or (source / "tokenizer.json")
+    if tok.is_file():
+        save_tokenizer(tok, out, model_max_length=max_length)
+        return True
+    from transformers import AutoTokenizer
+
+    try:
+        auto = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+    except (OSError, ValueError, TypeError):
+        return False
+    auto.model_max_length = max_length
+    auto.save_pretrained(str(out))
+    return True
+
+
+def cmd_convert_long(args: argparse.Namespace) -> int:
+    from nystrom.model import source_length, to_long
+
+    if args.num_landmarks is not None and args.attention != "nystrom":
+        raise UsageError("--num-landmarks applies to --attention nystrom")
+    _, length = source_length(args.source)  # config.json checks before any weight is read
+    if args.max_length <= length:
+        raise UsageError(f"--max-length {args.max_length} must be above the source's {length} positions")
+    attention: dict = {"name": "softmax"}
+    if args.attention == "nystrom":
+        attention = {"name": "nystrom", "num_landmarks": args.num_landmarks or 64, "conv_kernel_size": args.conv_kernel}
+    model = to_long(args.source, max_position_embeddings=args.max_length, attention=attention, seed=args.seed)
+    model.save_pretrained(args.out)
+    if not save_long_tokenizer(Path(args.source), args.out, max_length=args.max_length, tokenizer=args.tokenizer):
+        print(f"[nystrom] note: {args.source} has no tokenizer; {args.out} has none (give --tokenizer)", file=sys.stderr)
+    pos = model.nystromformer.embeddings
+    print(f"wrote {type(model).__name__} ({args.attention}, {args.max_length} positions: the source's {length}"
+          f" rows copied {args.max_length / length:.1f}x, offset {pos.offset}) to {args.out}")  # fmt: skip
     return 0
 
 
@@ -88,3 +131,19 @@ def register(subparsers) -> None:
         if kind == "to-hf":
             k.add_argument("--segment-means-seq-len", type=positive_int, help="HF's fixed Nyström length")
     c.set_defaults(func=cmd_convert)
+    k = kinds.add_parser(
+        "long", help="a 512-token BERT/RoBERTa/XLM-R/Nystromformer -> a long model (positions copied, Nyström)",
+        description="Longformer's recipe: extend the learned position table to --max-length by copying the"
+        " source's rows, switch the attention (a conv skip starts at zero), add an MLM head if the source"
+        " has none. Continue with: nystrom pretrain --init-from OUT --max-length N --corpus ...",
+    )  # fmt: skip
+    k.add_argument("source", type=existing_dir, help="folder to read (config.json + weights)")
+    k.add_argument("--max-length", type=positive_int, required=True, help="positions of the long model (N)")
+    k.add_argument("--out", type=output_dir, required=True, help="folder to write")
+    k.add_argument("--attention", choices=("nystrom", "softmax"), default="nystrom", help="default nystrom")
+    k.add_argument("--num-landmarks", type=positive_int, help="Nyström landmarks m (default 64)")
+    k.add_argument("--conv-kernel", type=lambda t: None if t in ("0", "none") else positive_int(t), default=65,
+                   help="Nyström conv skip taps, zero-initialised (0 = none; default 65)")  # fmt: skip
+    k.add_argument("--tokenizer", type=existing_file, help="tokenizer.json (default: the source's)")
+    k.add_argument("--seed", type=int, default=0, help="seed of a new MLM head (default 0)")
+    k.set_defaults(func=cmd_convert_long)

@@ -39,6 +39,7 @@ from nystrom.tasks.text_models import (
 from nystrom.training import Task, TrainConfig, train
 
 WARMUP_FRACTION = 10_000 / 500_000  # the paper's 10k warm-up steps of 0.5M
+OBJECTIVES = ("mlm+sop", "mlm")
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,13 @@ class PretrainRun:
     tokenizer: Path | None = None
     train_tokenizer: int | None = None  # train a WordPiece of this vocabulary on the corpus
     init_from_bert: str | None = None
-    model: str = "bert-small"  # preset name or config JSON (ignored with init_from_bert)
-    attention: str = "nystrom-64"
+    init_from: str | None = None  # a folder of ours (e.g. `nystrom convert long` output); keeps its attention
+    model: str = "bert-small"  # preset name or config JSON (ignored with init_from_bert / init_from)
+    attention: str | None = "nystrom-64"  # None: the init_from folder's own
+    objective: str = "mlm+sop"  # or "mlm": packed whole documents, MLM only (pretrain_mlm.py)
+    reference_length: int | None = None  # mlm: dev position buckets of this length (default: seq_len)
+    gradient_checkpointing: bool = False
+    eval_at_start: bool = False
     conv_kernel: int | None = PAPER_CONV_KERNEL
     steps: int | None = None
     batch_size: int | None = None
@@ -99,6 +105,14 @@ class PretrainRun:
             raise ValueError("--corpus: give at least one file, folder or built-in corpus name")
         if self.tokenizer is not None and self.train_tokenizer is not None:
             raise ValueError("give --tokenizer or --train-tokenizer, not both")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.init_from and self.init_from_bert:
+            raise ValueError("give --init-from or --init-from-bert, not both")
+        if self.init_from and self.objective != "mlm":
+            raise ValueError("--init-from continues masked-LM pre-training: use it with --objective mlm")
+        if self.attention is None and not self.init_from:
+            raise ValueError("--attention is required unless --init-from gives a model")
 
     def train_config(self) -> TrainConfig:
         p = PRESETS[self.preset]
@@ -118,6 +132,7 @@ class PretrainRun:
             device=self.device,
             compile=self.compile,
             eval_every=min(self.eval_every or p.eval_every, steps),
+            eval_at_start=self.eval_at_start,
             eval_batches=self.eval_batches or p.eval_batches,
             log_every=max(1, min(10, steps // 20)),
             seed=self.seed,
@@ -260,7 +275,14 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     """Train; writes ``out/{pretrain_run.json, metrics.jsonl, results.json, curves.png}`` and the best
     (dev MLM accuracy) weights as a transformers folder ``out/model/`` (``NystromformerForPreTraining``, loads
     with ``AutoModelForPreTraining``/``AutoModelForMaskedLM``) with its tokenizer."""
-    task, tok = make_task(run)
+    if run.objective == "mlm":
+        from nystrom.tasks.pretrain_mlm import make_mlm_task
+
+        task, tok = make_mlm_task(run)
+    else:
+        task, tok = make_task(run)
+    if run.gradient_checkpointing:
+        task.model.model.gradient_checkpointing_enable()
     record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(run).items()}
     record["corpus"] = list(run.corpus)
     record.pop("out")

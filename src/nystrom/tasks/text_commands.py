@@ -29,6 +29,7 @@ from nystrom.tasks.text_options import (
     attention,
     corpus,
     dropout,
+    folder,
     is_main,
     kernel,
     model,
@@ -64,8 +65,11 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
     run = PretrainRun(
         corpus=tuple(args.corpus), out=args.out, preset=args.preset, tokenizer=args.tokenizer,
-        train_tokenizer=args.train_tokenizer, init_from_bert=args.init_from_bert, model=args.model,
-        attention=args.attention, conv_kernel=args.conv_kernel, steps=args.steps, batch_size=args.batch_size,
+        train_tokenizer=args.train_tokenizer, init_from_bert=args.init_from_bert, init_from=args.init_from,
+        model=args.model, attention=args.attention or (None if args.init_from else "nystrom-64"),
+        objective=args.objective or ("mlm" if args.init_from else "mlm+sop"), reference_length=args.reference_length,
+        gradient_checkpointing=args.gradient_checkpointing, eval_at_start=args.eval_at_start,
+        conv_kernel=args.conv_kernel, steps=args.steps, batch_size=args.batch_size,
         seq_len=args.seq_len, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
         eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
         dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed,
@@ -178,9 +182,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--preset", choices=sorted(PT_PRESETS), default="quick")
     p.add_argument(
-        "--attention", type=attention, default="nystrom-64",
-        help="nystrom-<landmarks>, softmax, linear, linformer-<k> or performer-<features> (default nystrom-64)",
+        "--attention", type=attention,
+        help="nystrom-<landmarks>, softmax, linear, linformer-<k> or performer-<features>"
+        " (default nystrom-64; with --init-from: the folder's own)",
     )  # fmt: skip
+    p.add_argument(
+        "--init-from", type=folder, metavar="DIR",
+        help="continue pre-training a folder of ours, e.g. from `nystrom convert long` (implies --objective mlm)",
+    )  # fmt: skip
+    p.add_argument(
+        "--objective", choices=("mlm+sop", "mlm"),
+        help="mlm+sop (the paper; default) or mlm: whole documents packed into --max-length pieces, MLM only",
+    )  # fmt: skip
+    p.add_argument(
+        "--reference-length", type=positive_int, metavar="R",
+        help="mlm: score dev tokens per position bucket of R-token pieces (default --max-length); a 512-token"
+        " run with R=4096 is scored on the same tokens and buckets as a 4096-token one",
+    )  # fmt: skip
+    p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward")
+    p.add_argument("--eval-at-start", action="store_true", help="also evaluate the initial weights (step 0)")
     p.add_argument(
         "--model",
         type=model,
@@ -191,7 +211,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--train-tokenizer", type=positive_int, metavar="VOCAB", help="train a WordPiece on the corpus"
     )
     p.add_argument("--steps", type=positive_int, help="optimiser steps (warm-up = 2%% unless --warmup)")
-    p.add_argument("--seq-len", type=positive_int, help="tokens per example")
+    p.add_argument("--seq-len", "--max-length", type=positive_int, dest="seq_len", help="tokens per example")
     p.add_argument("--warmup", type=non_negative_int, help="warm-up steps")
     p.add_argument("--eval-every", type=positive_int, help="steps between dev evaluations")
     p.add_argument("--eval-batches", type=positive_int, help="dev batches per evaluation")

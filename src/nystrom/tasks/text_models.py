@@ -11,9 +11,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import nn
-
 from nystrom.model import (
     MODEL_CLASSES,
     NystromformerConfig,
@@ -23,6 +20,7 @@ from nystrom.model import (
     minilm_path,
     save_tokenizer,
 )
+from nystrom.model.transfer import transfer
 
 #: conv skip kernel of the paper's BERT-size models (the released HF checkpoints use 65)
 PAPER_CONV_KERNEL = 65
@@ -122,37 +120,3 @@ def load_source(
         raise ValueError("no initialisation given")
     tok = folder / "tokenizer.json"
     return model, tok if tok.is_file() else None
-
-
-def _optional_key(key: str) -> bool:
-    """Keys a target may lack in the source: a pooler (BERT without one) or a conv skip (BERT has none)."""
-    return key.startswith("pooler.") or key.endswith(".conv.weight")
-
-
-def transfer(
-    source: NystromformerPreTrainedModel, cls: type[NystromformerPreTrainedModel], config: NystromformerConfig
-) -> NystromformerPreTrainedModel:
-    """A new ``cls(config)`` holding ``source``'s encoder (and its MLM/SOP heads where both have them).
-
-    A pooler missing from the source keeps its fresh initialisation; a conv skip missing from the source
-    starts at zero (so the function is still the source's). Any other mismatch is an error.
-    """
-    target = cls(config)
-    state = source.base_model.state_dict()
-    missing, unexpected = target.base_model.load_state_dict(state, strict=False)
-    bad = [k for k in missing if not _optional_key(k)] + [k for k in unexpected if not _optional_key(k)]
-    if bad:
-        raise ValueError(
-            f"cannot move the {type(source).__name__} encoder into {cls.__name__}: keys {bad[:8]}"
-        )
-    if any(k.endswith(".conv.weight") for k in unexpected):
-        print("[nystrom] note: the source's conv skip is dropped (the requested attention has none)")
-    with torch.no_grad():
-        for key in missing:
-            if key.endswith(".conv.weight"):
-                target.base_model.get_parameter(key).zero_()
-    for head in ("lm_head", "sop_head"):
-        src, dst = getattr(source, head, None), getattr(target, head, None)
-        if isinstance(src, nn.Module) and isinstance(dst, nn.Module):
-            dst.load_state_dict(src.state_dict())
-    return target

@@ -34,6 +34,7 @@ class TrainConfig:
     device: str = "auto"  # auto, cpu, cuda, cuda:N, mps (nystrom.training.device.resolve_device)
     compile: bool = False  # torch.compile the model for training
     eval_every: int = 100
+    eval_at_start: bool = False  # also evaluate the initial weights (logged as step 0)
     eval_batches: int | None = None
     eval_batch_size: int | None = None
     checkpoint_every: int | None = None
@@ -86,6 +87,7 @@ class TrainConfig:
         data = dict(data)
         if "bf16" in data:
             data.setdefault("precision", "bf16" if data.pop("bf16") else "fp32")
+        data.setdefault("eval_at_start", False)  # added later; older runs never evaluated step 0
         return data
 
     @classmethod

@@ -173,6 +173,8 @@ def train(
         from tqdm import tqdm
 
         bar = tqdm(total=cfg.steps, initial=start, desc=task.name, unit="step", dynamic_ncols=True)
+    if task.dev is not None and cfg.eval_at_start and start == 0:
+        log.write({"step": 0, "split": "dev", **evaluate(task, model, task.dev, cfg, rank=rank, world=world)})
     model.train()
     watch = LossWatch(device)
     t0 = t_log = time.time()

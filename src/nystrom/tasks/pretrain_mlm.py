@@ -1,0 +1,156 @@
+"""``nystrom pretrain --objective mlm``: masked-LM-only (continued) pre-training on packed whole documents.
+
+Legend: b batch, L sequence length, e hidden size, v vocabulary, k masked positions of a batch, B position
+buckets.
+
+The long-context recipe's second half (the first is ``nystrom convert long``): ``--init-from DIR`` a folder
+of ours (e.g. a converted long model), documents packed into L-token pieces
+(:class:`~nystrom.data.text_mlm.PackedMLMDataset`), masks redrawn per copy, the MLM head run on masked
+positions only, and the dev set scored on fixed masks, overall and per position bucket
+([0, 512), [512, 1024), [1024, 2048), ... of the reference length R), so runs of different lengths and
+attentions are scored on the same tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer
+from nystrom.data.text_corpus import resolve_corpus
+from nystrom.data.text_mlm import PackedMLMDataset, collate_mlm, position_buckets
+from nystrom.model import MODEL_CLASSES, NystromformerConfig, NystromformerForMaskedLM
+from nystrom.model.transfer import transfer
+from nystrom.tasks.text_models import load_source, parse_attention
+from nystrom.training import Task
+
+if TYPE_CHECKING:
+    from nystrom.tasks.pretrain import PretrainRun
+
+
+def bucket_metric(name: str, lo: int, hi: int) -> str:
+    """``mlm_accuracy@512-1024``: the metric ``name`` over tokens at reference positions [lo, hi)."""
+    return f"{name}@{lo}-{hi}"
+
+
+class MaskedLMObjective(nn.Module):
+    """MLM loss of a :class:`NystromformerForMaskedLM`, its head run on masked positions only.
+
+    ``forward(input_ids, attention_mask, labels, positions)`` (each (b, L)) returns ``(loss, loss_sum,
+    correct, masked, bucket_correct, bucket_count, bucket_loss)``: the loss to train (mean over examples
+    of each example's mean over its masked tokens), the summed token loss, correct and masked token
+    counts (scalars), and per-bucket sums (B,) keyed by ``positions``.
+    """
+
+    def __init__(self, model: NystromformerForMaskedLM, *, edges: tuple[int, ...]) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("inner_edges", torch.tensor(edges[1:-1], dtype=torch.long), persistent=False)
+        self.num_buckets = len(edges) - 1
+
+    def forward(self, input_ids, attention_mask, labels, positions):
+        out = self.model.nystromformer(input_ids, attention_mask)  # hidden (b, L, e)
+        sel = labels != -100  # (b, L)
+        logits = self.model.lm_head(out.last_hidden_state[sel])  # (k, v)
+        target = labels[sel]  # (k,)
+        token_loss = F.cross_entropy(logits.float(), target, reduction="none")  # (k,)
+        per_example = torch.zeros(len(labels), device=labels.device).index_add_(
+            0, sel.nonzero()[:, 0], token_loss
+        ) / sel.sum(1).clamp_min(1)  # (b,)
+        correct = (logits.argmax(-1) == target).float()  # (k,)
+        bucket = torch.bucketize(positions[sel], self.inner_edges, right=True)  # (k,) in [0, B)
+        zeros = torch.zeros(self.num_buckets, device=labels.device)
+        return (
+            per_example.mean(), token_loss.detach().sum(), correct.sum(), sel.sum(),
+            zeros.index_add(0, bucket, correct), zeros.index_add(0, bucket, torch.ones_like(correct)),
+            zeros.index_add(0, bucket, token_loss.detach()),
+        )  # fmt: skip
+
+
+def make_mlm_step(edges: tuple[int, ...]):
+    """The loop's step function: loss and ``mlm_accuracy``/``mlm_loss`` over masked tokens, overall and per
+    bucket (device tensors; the loop reads them once per evaluation)."""
+    spans = list(zip(edges[:-1], edges[1:]))
+
+    def step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+        loss, loss_sum, correct, masked, b_correct, b_count, b_loss = model(**batch)
+        metrics = {"mlm_accuracy": (correct, masked), "mlm_loss": (loss_sum, masked)}
+        for i, (lo, hi) in enumerate(spans):
+            metrics[bucket_metric("mlm_accuracy", lo, hi)] = (b_correct[i], b_count[i])
+            metrics[bucket_metric("mlm_loss", lo, hi)] = (b_loss[i], b_count[i])
+        return loss, metrics
+
+    return step
+
+
+def mlm_model(run: PretrainRun) -> tuple[NystromformerForMaskedLM, Path | None]:
+    """The masked-LM to train and the tokenizer.json beside its source (None: the source has none)."""
+    torch.manual_seed(run.seed)
+    spec = None if run.attention is None else parse_attention(
+        run.attention, conv_kernel=run.conv_kernel, max_seq_len=run.length()
+    )  # fmt: skip
+    if run.init_from:
+        folder = Path(run.init_from)
+        config = NystromformerConfig.from_pretrained(folder)
+        arch = (config.architectures or ["NystromformerModel"])[0]
+        if arch not in MODEL_CLASSES:
+            raise ValueError(
+                f"{folder}/config.json: architecture {arch!r} is not one of {sorted(MODEL_CLASSES)}"
+            )
+        model = MODEL_CLASSES[arch].from_pretrained(folder, config=config)
+        tok = folder / "tokenizer.json"
+        tok_path = tok if tok.is_file() else None
+    elif run.init_from_bert:
+        model, tok_path = load_source(init_from_bert=run.init_from_bert, attention=spec)
+        spec = None
+    else:
+        model, tok_path = NystromformerForMaskedLM(NystromformerConfig.preset(run.model)), None
+    config = model.config if spec is None else model.config.replace(attention=spec)
+    if run.dropout is not None:
+        config = config.replace(dropout=run.dropout)
+    if type(model) is not NystromformerForMaskedLM or config is not model.config:
+        model = transfer(model, NystromformerForMaskedLM, config)
+    return model, tok_path
+
+
+def make_mlm_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
+    """Model, packed train/dev splits, collate and step of an MLM-only run for the shared loop."""
+    files = resolve_corpus(list(run.corpus), run.out / "cache")
+    model, beside = mlm_model(run)
+    if run.tokenizer is None and beside is None:
+        raise ValueError(
+            "no tokenizer: the initialisation folder has no tokenizer.json; give --tokenizer PATH"
+        )
+    tok = load_tokenizer(run.tokenizer or beside)
+    if tok.vocab_size > model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer {tok.path} has {tok.vocab_size} ids but the model only {model.config.vocab_size}"
+        )
+    length = run.length()
+    if length > model.config.max_position_embeddings:
+        raise ValueError(
+            f"--max-length {length} exceeds the model's {model.config.max_position_embeddings} positions;"
+            f" extend it first: nystrom convert long SRC --max-length {length} --out DIR"
+        )
+    if run.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    cache = build_token_cache(files, tok, run.out / "cache" / "tokens", doc_mode=run.doc_mode)
+    kw = dict(seq_len=length, dev_fraction=run.dev_fraction, seed=run.seed)
+    train_set = PackedMLMDataset(cache, tok, split="train", dupe_factor=run.dupe_factor, **kw)
+    ref = run.reference_length or length
+    dev_set = PackedMLMDataset(cache, tok, split="dev", fixed_masks=True, reference_length=ref, **kw)
+    edges = position_buckets(ref)
+    pad = tok.pad_id
+
+    def collate(items: list[dict]) -> dict[str, torch.Tensor]:
+        return collate_mlm(items, pad_id=pad, pad_to=length)
+
+    task = Task(
+        MaskedLMObjective(model, edges=edges), train_set, collate, make_mlm_step(edges), dev=dev_set,
+        name=f"mlm-{length}",
+    )  # fmt: skip
+    return task, tok
