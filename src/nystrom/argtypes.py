@@ -155,7 +155,12 @@ def names_from(allowed: tuple[str, ...] | list[str], *, what: str = "names"):
 
 
 def device(text: str) -> str:
-    """A device that exists on this machine (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``), checked at once."""
+    """A device that exists on this machine (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``), checked at once.
+
+    ``auto`` and ``cpu`` exist everywhere: they are taken without importing torch (``auto``, the default,
+    is converted at every parse, help and usage errors included)."""
+    if text in ("auto", "cpu"):
+        return text
     from nystrom.training.device import resolve_device
 
     try:

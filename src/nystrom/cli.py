@@ -63,28 +63,27 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     ValueError covers our validation errors (and the data and checkpoint error types, which derive from
     it), bad JSON and undecodable files; TypeError our type checks of options and configurations; OSError
-    missing, unreadable or full paths.
+    missing, unreadable or full paths. The torch and run-folder types count only once those modules are
+    loaded (an error raised before cannot be one of them), so a usage error never waits for torch.
     """
-    import torch
-
-    from nystrom.training.runlock import RunFolderInUseError
-
-    return (
+    errors: tuple[type[BaseException], ...] = (
         ValueError, TypeError, OSError, FloatingPointError, MemoryError, ImportError,
-        RunFolderInUseError, torch.cuda.OutOfMemoryError,
     )  # fmt: skip
+    runlock, torch = sys.modules.get("nystrom.training.runlock"), sys.modules.get("torch")
+    if runlock is not None:
+        errors += (runlock.RunFolderInUseError,)
+    if torch is not None:
+        errors += (torch.cuda.OutOfMemoryError,)
+    return errors
 
 
 def _hint(err: BaseException, command: str) -> str:
-    import torch
-
-    from nystrom.training.runlock import RunFolderInUseError
-
+    runlock, torch = sys.modules.get("nystrom.training.runlock"), sys.modules.get("torch")
     if isinstance(err, UsageError):
         return f"`nystrom {command} --help` lists the options"
-    if isinstance(err, RunFolderInUseError):
+    if runlock is not None and isinstance(err, runlock.RunFolderInUseError):
         return "wait for that run to finish, or give another --out"
-    if isinstance(err, (MemoryError, torch.cuda.OutOfMemoryError)):
+    if isinstance(err, MemoryError) or (torch is not None and isinstance(err, torch.cuda.OutOfMemoryError)):
         return "reduce --batch-size (or the sequence length)"
     if isinstance(err, ModuleNotFoundError):
         return f"install the missing package ({err.name}) into this environment"

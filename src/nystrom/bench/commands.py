@@ -19,7 +19,7 @@ from nystrom.argtypes import (
     positive_int,
     positive_ints,
 )
-from nystrom.bench.common import MALLOC
+from nystrom.bench.malloc import MALLOC
 
 MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx` reads q, k, v from
 # options that belong to one suite only; naming one for the other suite is an error, not ignored

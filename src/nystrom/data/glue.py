@@ -22,9 +22,8 @@ import numpy as np
 import torch
 
 from nystrom.data.files import DataFileError, decode_text_file
+from nystrom.data.names import FINETUNE_TASKS
 from nystrom.data.text import TextTokenizer
-
-FINETUNE_TASKS = ("sst2", "mrpc", "qnli", "qqp", "mnli", "imdb")
 
 
 @dataclass(frozen=True)

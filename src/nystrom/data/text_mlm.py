@@ -29,8 +29,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from nystrom.data.names import MASK_PROB, SPLIT_SALT
 from nystrom.data.text import TextTokenizer, TokenizedCorpus
-from nystrom.data.text_pretrain import MASK_PROB, SPLIT_SALT, mask_tokens, split_documents
+from nystrom.data.text_pretrain import mask_tokens, split_documents
 
 
 def document_stream(corpus: TokenizedCorpus, doc_ids: np.ndarray, *, sep_id: int) -> np.ndarray:

@@ -19,12 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from nystrom.data.names import MASK_PROB, SHORT_SEQ_PROB, SPLIT_SALT
 from nystrom.data.text import TextTokenizer, TokenizedCorpus
-
-MASK_PROB = 0.15
-SHORT_SEQ_PROB = 0.1
-DUPE_FACTOR = 10  # BERT's create_pretraining_data default: draws of masks per training pair
-SPLIT_SALT = {"train": 0, "dev": 1}
 
 
 def split_documents(num_documents: int, dev_fraction: float) -> dict[str, np.ndarray]:

@@ -39,6 +39,7 @@ from nystrom.data.tables import PROBLEM_TYPES, LabelSpec, infer_labels, read_tab
 from nystrom.data.text import TextTokenizer, load_tokenizer
 from nystrom.model import NystromformerForSequenceClassification
 from nystrom.tasks.predict import decode, predict_logits, prediction_text, save_classifier
+from nystrom.tasks.presets import FINETUNE_PRESETS
 from nystrom.tasks.pretrain import check_eval_batches
 from nystrom.tasks.text_models import (
     PAPER_CONV_KERNEL,
@@ -52,31 +53,6 @@ from nystrom.training.metrics import DEFAULT_METRIC, MINIMISED, check_metric, ta
 from nystrom.training.preflight import check_split
 
 MRPC_GRID = {"batch_size": (8, 16, 32), "lr": (2e-5, 3e-5, 4e-5, 5e-5)}
-
-
-@dataclass(frozen=True)
-class FinetunePreset:
-    batch_size: int
-    lr: float
-    epochs: float
-    max_length: int  # IMDB: imdb_max_length
-    imdb_max_length: int
-    max_train_examples: int | None = None
-    max_eval_examples: int | None = None
-
-
-PRESETS: dict[str, FinetunePreset] = {
-    "paper": FinetunePreset(batch_size=32, lr=3e-5, epochs=4, max_length=128, imdb_max_length=512),
-    "quick": FinetunePreset(
-        batch_size=16,
-        lr=5e-5,
-        epochs=1,
-        max_length=128,
-        imdb_max_length=256,
-        max_train_examples=2000,
-        max_eval_examples=500,
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -133,17 +109,17 @@ class FinetuneRun:
                 raise ValueError("--validation-file/--test-file go with --train-file, not with a GLUE/IMDB task")
         if self.problem_type is not None and self.problem_type not in PROBLEM_TYPES:
             raise ValueError(f"--problem-type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.preset not in FINETUNE_PRESETS:
+            raise ValueError(f"preset must be one of {sorted(FINETUNE_PRESETS)}, got {self.preset!r}")
         if not (self.init_from_bert or self.from_hf or self.from_pretrain or self.model):
             object.__setattr__(self, "init_from_bert", "minilm")  # the bundled all-MiniLM-L6-v2 by default
 
     def length(self) -> int:
-        p = PRESETS[self.preset]
+        p = FINETUNE_PRESETS[self.preset]
         return self.max_length or (p.imdb_max_length if self.task == "imdb" else p.max_length)
 
     def train_config(self, num_train: int, *, metric: str) -> TrainConfig:
-        p = PRESETS[self.preset]
+        p = FINETUNE_PRESETS[self.preset]
         batch = self.batch_size or p.batch_size
         per_epoch = math.ceil(num_train / batch)
         steps = max(1, math.ceil((self.epochs or p.epochs) * per_epoch))
@@ -269,7 +245,7 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     if labels.names:  # pipelines and `nystrom predict` report these names
         model.config.id2label = dict(enumerate(labels.names))
         model.config.label2id = {name: i for i, name in enumerate(labels.names)}
-    p = PRESETS[run.preset]
+    p = FINETUNE_PRESETS[run.preset]
     n_train = run.max_train_examples or p.max_train_examples
     n_eval = run.max_eval_examples or p.max_eval_examples
     length = run.length()

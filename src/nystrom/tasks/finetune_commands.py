@@ -81,8 +81,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``finetune`` and ``predict`` to a top-level ``add_subparsers()``."""
-    from nystrom.data.glue import FINETUNE_TASKS
-    from nystrom.tasks.finetune import PRESETS as FT_PRESETS
+    from nystrom.data.names import FINETUNE_TASKS
+    from nystrom.tasks.presets import FINETUNE_PRESETS as FT_PRESETS
 
     f = subparsers.add_parser(
         "finetune", help="fine-tune a classifier on your CSV/TSV/JSONL files, or GLUE / IMDB (the paper's Table 2)",

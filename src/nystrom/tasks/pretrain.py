@@ -24,10 +24,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from nystrom.data.names import DUPE_FACTOR, SHORT_SEQ_PROB
 from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer, train_wordpiece
 from nystrom.data.text_corpus import resolve_corpus
-from nystrom.data.text_pretrain import DUPE_FACTOR, SHORT_SEQ_PROB, PretrainingDataset, collate_pretraining
+from nystrom.data.text_pretrain import PretrainingDataset, collate_pretraining
 from nystrom.model import NystromformerConfig, NystromformerForPreTraining
+from nystrom.tasks.presets import OBJECTIVES, PRETRAIN_PRESETS, WARMUP_FRACTION
 from nystrom.tasks.text_models import (
     PAPER_CONV_KERNEL,
     load_config,
@@ -37,29 +39,6 @@ from nystrom.tasks.text_models import (
     transfer,
 )
 from nystrom.training import Task, TrainConfig, train
-
-WARMUP_FRACTION = 10_000 / 500_000  # the paper's 10k warm-up steps of 0.5M
-OBJECTIVES = ("mlm+sop", "mlm")
-
-
-@dataclass(frozen=True)
-class PretrainPreset:
-    steps: int
-    batch_size: int
-    seq_len: int
-    eval_every: int
-    eval_batches: int
-    lr: float = 1e-4
-
-
-PRESETS: dict[str, PretrainPreset] = {
-    # the paper: batch 256, length 512, 0.5M steps (BERT-base from scratch; 0.25M from standard)
-    "paper": PretrainPreset(steps=500_000, batch_size=256, seq_len=512, eval_every=10_000, eval_batches=50),
-    "quick": PretrainPreset(steps=200, batch_size=16, seq_len=128, eval_every=50, eval_batches=4),
-    # scaled-down, Figure-6 style (MiniLM init, python-docstrings corpus) on a 2-core CPU; see docs/pretraining.md
-    # (Figure 5 from scratch is `nystrom pretrain compare`)
-    "fig5": PretrainPreset(steps=200, batch_size=16, seq_len=256, eval_every=20, eval_batches=8),
-}
 
 
 @dataclass(frozen=True)
@@ -99,8 +78,8 @@ class PretrainRun:
     compile: bool = False
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.preset not in PRETRAIN_PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRETRAIN_PRESETS)}, got {self.preset!r}")
         if not self.corpus:
             raise ValueError("--corpus: give at least one file, folder or built-in corpus name")
         if self.tokenizer is not None and self.train_tokenizer is not None:
@@ -115,7 +94,7 @@ class PretrainRun:
             raise ValueError("--attention is required unless --init-from gives a model")
 
     def train_config(self) -> TrainConfig:
-        p = PRESETS[self.preset]
+        p = PRETRAIN_PRESETS[self.preset]
         steps = self.steps or p.steps
         warmup = self.warmup if self.warmup is not None else max(1, round(WARMUP_FRACTION * steps))
         return TrainConfig(
@@ -140,7 +119,7 @@ class PretrainRun:
         )
 
     def length(self) -> int:
-        return self.seq_len or PRESETS[self.preset].seq_len
+        return self.seq_len or PRETRAIN_PRESETS[self.preset].seq_len
 
 
 class PreTrainingObjective(nn.Module):

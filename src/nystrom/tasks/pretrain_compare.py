@@ -11,13 +11,15 @@ import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nystrom.data.text import load_tokenizer
-from nystrom.data.text_pretrain import DUPE_FACTOR
-from nystrom.model import NystromformerConfig, minilm_path
-from nystrom.tasks.pretrain import PretrainRun, run_pretrain
-from nystrom.tasks.text_models import PAPER_CONV_KERNEL, load_config, parse_attention
-from nystrom.training.logging import read_metrics
+from nystrom.data.names import DUPE_FACTOR
+from nystrom.tasks.presets import FIG5_VARIANTS, PAPER_CONV_KERNEL, parse_attention
+
+if TYPE_CHECKING:
+    from nystrom.tasks.pretrain import PretrainRun
+# the training stack (torch, transformers) is imported where it is used: the CLI builds its parser from
+# this module's defaults before anything heavy is loaded
 
 METRICS = ("mlm_accuracy", "sop_accuracy")
 
@@ -39,6 +41,8 @@ def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
     path = Path(run) / "metrics.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: is {run} a `nystrom pretrain` output folder?")
+    from nystrom.training.logging import read_metrics
+
     dev = [r for r in read_metrics(path) if r["split"] == "dev"]
     if not dev:
         raise ValueError(f"{path} holds no dev evaluation yet")
@@ -88,8 +92,6 @@ def compare_runs(
 
 
 # ---------------------------------------------------------------- Figure 5 from scratch
-#: the paper's Figure 5 variants (Performer is optional: add it with --variants)
-FIG5_VARIANTS = ("softmax", "nystrom-64", "linformer-256", "linear")
 FIG5_TITLE = "BERT-small from scratch: dev MLM / SOP accuracy (Fig. 5)"
 
 
@@ -138,10 +140,14 @@ class CompareRun:
             raise ValueError(f"--hidden {self.hidden_size} must be divisible by --heads {self.num_heads}")
 
     def tokenizer_path(self) -> Path:
+        from nystrom.model import minilm_path
+
         return Path(self.tokenizer) if self.tokenizer is not None else minilm_path() / "tokenizer.json"
 
     def variant_run(self, variant: str) -> PretrainRun:
         """The ``nystrom pretrain`` run of one variant, in ``out/<variant>``."""
+        from nystrom.tasks.pretrain import PretrainRun
+
         return PretrainRun(
             corpus=tuple(self.corpus), out=self.out / variant, preset="paper", tokenizer=self.tokenizer_path(),
             model=str(self.out / "model.json"), attention=variant, conv_kernel=self.conv_kernel,
@@ -154,6 +160,10 @@ class CompareRun:
     def write_model_config(self) -> Path:
         """``out/model.json``: bert-small at the chosen width and the tokenizer's vocabulary; refuses to
         overwrite a different one (the variants already trained would no longer be comparable)."""
+        from nystrom.data.text import load_tokenizer
+        from nystrom.model import NystromformerConfig
+        from nystrom.tasks.text_models import load_config
+
         tok = load_tokenizer(self.tokenizer_path())
         cfg = NystromformerConfig.preset(
             "bert-small", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, hidden_size=self.hidden_size,
@@ -204,6 +214,8 @@ def summarize(run: PretrainRun) -> dict:
     cfg = run.train_config()
     out: dict = {"attention": run.attention, "run_dir": str(run.out), "target_steps": cfg.steps}
     path = run.out / "metrics.jsonl"
+    from nystrom.training.logging import read_metrics
+
     recs = read_metrics(path) if path.is_file() else []
     train_recs = [r for r in recs if r["split"] == "train"]
     dev = [r for r in recs if r["split"] == "dev"]
@@ -247,6 +259,8 @@ def write_report(cr: CompareRun) -> dict:
 def run_compare(cr: CompareRun, *, progress: bool = True, report_only: bool = False) -> dict:
     """Run (or resume) every variant in turn, skipping finished ones, then :func:`write_report`.
     A variant interrupted part-way resumes from ``out/<variant>/last`` on the next call."""
+    from nystrom.tasks.pretrain import run_pretrain
+
     if not report_only:
         cr.write_model_config()
         for variant in cr.variants:

@@ -57,11 +57,10 @@ example (docs/pretraining.md, "Figure 5 from scratch"):
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from nystrom.tasks.pretrain import PretrainRun, run_pretrain
-
     missing = [flag for flag, v in (("--corpus", args.corpus), ("--out", args.out)) if not v]
     if missing:
         raise UsageError(f"{' and '.join(missing)} required (or: nystrom pretrain compare ...)")
+    from nystrom.tasks.pretrain import PretrainRun, run_pretrain
 
     run = PretrainRun(
         corpus=tuple(args.corpus), out=args.out, preset=args.preset, tokenizer=args.tokenizer,
@@ -171,7 +170,7 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``pretrain``, ``pretrain-compare``, ``finetune``, ``predict`` and ``convert`` to a top-level ``add_subparsers()``."""
-    from nystrom.tasks.pretrain import PRESETS as PT_PRESETS
+    from nystrom.tasks.presets import PRETRAIN_PRESETS as PT_PRESETS
 
     p = subparsers.add_parser(
         "pretrain", help="masked-LM + sentence-order pre-training (the paper's Fig. 5/6)",

@@ -7,7 +7,6 @@ Legend: e hidden size, v vocabulary, c classes.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,41 +20,7 @@ from nystrom.model import (
     save_tokenizer,
 )
 from nystrom.model.transfer import transfer
-
-#: conv skip kernel of the paper's BERT-size models (the released HF checkpoints use 65)
-PAPER_CONV_KERNEL = 65
-_SPEC = re.compile(r"^(nystrom|linformer|performer)-([0-9]+)$|^(softmax|linear)$")
-#: spec name -> the option its number sets
-_NUMBERED = {"nystrom": "num_landmarks", "linformer": "proj_len", "performer": "num_features"}
-
-
-def parse_attention(
-    spec: str, *, conv_kernel: int | None = PAPER_CONV_KERNEL, max_seq_len: int | None = None
-) -> dict[str, Any]:
-    """``"nystrom-64"`` -> Nyström with 64 landmarks (and the depthwise conv skip of ``conv_kernel``
-    taps, None = none); ``"softmax"`` -> exact attention; ``"linear"`` -> ELU linear attention;
-    ``"linformer-256"`` -> Linformer with projection length 256 (needs ``max_seq_len``, the longest
-    input); ``"performer-256"`` -> Performer with 256 random features. Only Nyström gets the conv skip
-    (it is part of the paper's method, not of the baselines)."""
-    match = _SPEC.match(spec) if isinstance(spec, str) else None
-    if match is None:
-        raise ValueError(
-            "--attention must be nystrom-<landmarks> (e.g. nystrom-64), softmax, linear, linformer-<k> or"
-            f" performer-<features>, got {spec!r}"
-        )
-    if match.group(3):
-        return {"name": match.group(3)}
-    name, number = match.group(1), int(match.group(2))
-    if number < 1:
-        raise ValueError(f"--attention {spec}: the number ({_NUMBERED[name]}) must be >= 1")
-    out: dict[str, Any] = {"name": name, _NUMBERED[name]: number}
-    if name == "nystrom":
-        out["conv_kernel_size"] = conv_kernel
-    elif name == "linformer":
-        if max_seq_len is None:
-            raise ValueError(f"--attention {spec}: Linformer needs the sequence length (max_seq_len)")
-        out["max_seq_len"] = max_seq_len
-    return out
+from nystrom.tasks.presets import PAPER_CONV_KERNEL, parse_attention  # noqa: F401 (re-exported)
 
 
 def load_config(model: str) -> NystromformerConfig:

@@ -36,7 +36,7 @@ def kernel(text: str) -> int | None:
 def attention(text: str) -> str:
     """``nystrom-<landmarks>``, ``softmax``, ``linear``, ``linformer-<k>`` or ``performer-<features>``,
     checked at parse time; kept as written (Linformer's sequence length is filled in later)."""
-    from nystrom.tasks.text_models import parse_attention
+    from nystrom.tasks.presets import parse_attention
 
     try:
         parse_attention(text, max_seq_len=1)
@@ -59,12 +59,12 @@ def model(text: str) -> str:
     """A model preset name (bert-small, bert-base) or a configuration .json that exists."""
     if text.endswith(".json"):
         return str(existing_file(text))
-    from nystrom.model import NystromformerConfig
+    from nystrom.model.presets import PRESETS
 
-    try:
-        NystromformerConfig.preset(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected a preset name or a config .json: {err}") from err
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(
+            f"expected a preset name ({', '.join(sorted(PRESETS))}) or a config .json, got {text!r}"
+        )
     return text
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from tqdm import tqdm
-
 from nystrom.argtypes import non_negative_int, output_dir, positive_int
-from nystrom.data.lra.listops import generate_listops
-from nystrom.data.lra.pathfinder_io import DIFFICULTY_DIRS, generate_pathfinder
+from nystrom.data.names import DIFFICULTY_DIRS
 
 
 def _run_listops(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from nystrom.data.lra.listops import generate_listops
+
     total = args.train + args.dev + args.test
     with tqdm(total=total, desc="listops", unit="ex") as bar:
         paths = generate_listops(
@@ -33,6 +34,10 @@ def _run_listops(args: argparse.Namespace) -> int:
 
 
 def _run_pathfinder(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from nystrom.data.lra.pathfinder_io import generate_pathfinder
+
     with tqdm(total=args.count, desc=f"pathfinder-{args.difficulty}", unit="img") as bar:
         root = generate_pathfinder(
             args.out_dir,

@@ -36,8 +36,8 @@ from nystrom.data.lra.dataset import PixelDataset
 from nystrom.data.lra.pathfinder import PathfinderConfig
 from nystrom.data.lra.pathfinder_sample import sample_pathfinder
 from nystrom.data.lra.png import read_png, write_png
+from nystrom.data.names import DIFFICULTY_DIRS
 
-DIFFICULTY_DIRS = {6: "curv_baseline", 9: "curv_contour_length_9", 14: "curv_contour_length_14"}
 SPLIT_FRACTIONS = {"train": (0.0, 0.8), "dev": (0.8, 0.9), "test": (0.9, 1.0)}  # LRA's tfds slices
 
 
