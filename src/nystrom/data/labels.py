@@ -14,19 +14,11 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from nystrom.data.files import DataFileError
-
-if TYPE_CHECKING:
-    from nystrom.data.tables import Table
+from nystrom.data.table_rows import Table, TableError
 
 PROBLEM_TYPES = ("single_label_classification", "multi_label_classification", "regression")
 _INT = re.compile(r"^[+-]?[0-9]{1,18}$")  # longer digit strings are names, not class numbers
-
-
-class TableError(DataFileError):
-    """A table file that cannot be used: ``"<path> line <line>: column '<name>': <reason>"``."""
 
 
 @dataclass(frozen=True)

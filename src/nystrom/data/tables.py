@@ -22,11 +22,11 @@ import csv
 import io
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from nystrom.data.glue import Examples
-from nystrom.data.labels import PROBLEM_TYPES, LabelSpec, TableError, encode_labels, infer_labels
+from nystrom.data.labels import PROBLEM_TYPES, LabelSpec, encode_labels, infer_labels
+from nystrom.data.table_rows import Table, TableError
 
 __all__ = ["FORMATS", "PROBLEM_TYPES", "LabelSpec", "Table", "TableError", "encode_labels", "infer_labels",
            "read_table", "table_examples"]  # fmt: skip
@@ -39,54 +39,6 @@ FORMATS = {
     ".ndjson": "jsonl",
     ".json": "jsonl",
 }
-
-
-@dataclass
-class Table:
-    """Rows of one file: ``rows[i]`` maps column -> value (str for CSV/TSV, any JSON value for JSONL)
-    and was read from line ``lines[i]`` (1-based; the first line of a multi-line CSV record)."""
-
-    path: Path
-    columns: tuple[str, ...]
-    rows: list[dict[str, object]]
-    lines: list[int]
-
-    def require(self, *columns: str | None) -> None:
-        """Fail unless every named column (None: not asked for) is there; the error lists the columns there are."""
-        for column in columns:
-            if column is not None and column not in self.columns:
-                raise TableError(self.path, f"no column {column!r}; the columns are {list(self.columns)}")
-
-    def values(self, column: str) -> list[object]:
-        """The column's value in every row; an absent column lists the columns there are."""
-        self.require(column)
-        out = []
-        for row, line in zip(self.rows, self.lines):
-            if column not in row:  # JSONL rows may lack a key other rows have
-                raise TableError(
-                    self.path, f"column {column!r}: missing (this row has {sorted(row)})", line=line
-                )
-            out.append(row[column])
-        return out
-
-    def texts(self, column: str) -> list[str]:
-        """The column as text (a JSON value must be a string)."""
-        out = []
-        for line, val in zip(self.lines, self.values(column)):
-            if not isinstance(val, str):
-                raise TableError(
-                    self.path,
-                    f"column {column!r}: expected text, got {json.dumps(val)[:40]} ({type(val).__name__})",
-                    line=line,
-                )
-            try:
-                val.encode("utf-8")
-            except UnicodeEncodeError as err:  # a lone surrogate escape in JSON ("\ud800")
-                raise TableError(
-                    self.path, f"column {column!r}: invalid text ({err.reason})", line=line
-                ) from None
-            out.append(val)
-        return out
 
 
 def table_format(path: Path, fmt: str | None = None) -> str:

@@ -20,7 +20,7 @@ _NAMES = {
     "NystromformerConfig": _M + "configuration_nystromformer",
     "DualSequenceClassifierOutput": _M + "head_layers", "NystromformerForPreTrainingOutput": _M + "head_layers",
     "from_bert": _M + "interop_bert", "from_roberta": _M + "interop_bert", "minilm_path": _M + "interop_bert",
-    "from_hf": _M + "interop_hf", "to_hf": _M + "interop_hf", "MAX_ATTENTION_TOKENS": _M + "layers",
+    "from_hf": _M + "interop_hf", "to_hf": _M + "export_hf", "MAX_ATTENTION_TOKENS": _M + "layers",
     "convert_legacy_checkpoint": _M + "legacy", "source_length": _M + "long", "to_long": _M + "long",
     "NystromformerModel": _M + "modeling_nystromformer", "NystromformerPreTrainedModel": _M + "modeling_nystromformer",
     "save_tokenizer": _M + "tokenizer", "CheckpointError": _M + "weights", "AUTO_CLASSES": _M + "auto",
@@ -37,9 +37,10 @@ __all__ = sorted(_NAMES)
 if TYPE_CHECKING:
     from nystrom.model.auto import AUTO_CLASSES
     from nystrom.model.configuration_nystromformer import MODEL_TYPE, PRESETS, NystromformerConfig
+    from nystrom.model.export_hf import to_hf
     from nystrom.model.head_layers import DualSequenceClassifierOutput, NystromformerForPreTrainingOutput
     from nystrom.model.interop_bert import from_bert, from_roberta, minilm_path
-    from nystrom.model.interop_hf import from_hf, to_hf
+    from nystrom.model.interop_hf import from_hf
     from nystrom.model.layers import MAX_ATTENTION_TOKENS
     from nystrom.model.legacy import convert_legacy_checkpoint
     from nystrom.model.long import source_length, to_long

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 
 import torch
+from torch import nn
 
-from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
 from nystrom.model.weights import CheckpointError, _names, copy_checked
 
 HF_POSITION_OFFSET = 2  # transformers' Nystromformer starts position ids at 2
@@ -47,9 +47,15 @@ HEAD_RULES: list[tuple[str, str, str]] = [
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 
 
-def _plan(model: NystromformerPreTrainedModel, src_prefix: str) -> dict[str, tuple[list[str], str]]:
+def encoder_prefix(model: nn.Module) -> str:
+    """``""`` for the bare encoder, ``"nystromformer."`` for a head class (transformers' ``base_model``;
+    a duck-typed check, so that this module need not import the model classes that import it)."""
+    return "" if model.base_model is model else model.base_model_prefix + "."
+
+
+def _plan(model: nn.Module, src_prefix: str) -> dict[str, tuple[list[str], str]]:
     """our key -> (source keys, kind) for every tensor of ``model``; raises for parts HF cannot hold."""
-    base = "" if isinstance(model, NystromformerModel) else "nystromformer."
+    base = encoder_prefix(model)
     plan, unmappable = {}, []
     for key in model.state_dict():
         is_base = key.startswith(base)
@@ -76,7 +82,7 @@ def _detect_prefix(state: dict[str, torch.Tensor], prefix: str) -> str:
 
 
 def load_bertlike(
-    model: NystromformerPreTrainedModel,
+    model: nn.Module,
     state: dict[str, torch.Tensor],
     *,
     base_prefix: str,
@@ -114,7 +120,7 @@ def load_bertlike(
         out[key] = t
     for key, (_, kind) in _plan(model, prefix).items():
         word = (
-            "" if isinstance(model, NystromformerModel) else "nystromformer."
+            encoder_prefix(model)
         ) + "embeddings.word_embeddings.weight"
         if kind == "tied" and word in out:
             out[key] = out[word]

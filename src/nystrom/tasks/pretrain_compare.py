@@ -17,7 +17,7 @@ from nystrom.data.names import DUPE_FACTOR
 from nystrom.tasks.presets import FIG5_VARIANTS, PAPER_CONV_KERNEL, parse_attention
 
 if TYPE_CHECKING:
-    from nystrom.tasks.pretrain import PretrainRun
+    from nystrom.tasks.pretrain_run import PretrainRun
 # the training stack (torch, transformers) is imported where it is used: the CLI builds its parser from
 # this module's defaults before anything heavy is loaded
 
@@ -146,7 +146,7 @@ class CompareRun:
 
     def variant_run(self, variant: str) -> PretrainRun:
         """The ``nystrom pretrain`` run of one variant, in ``out/<variant>``."""
-        from nystrom.tasks.pretrain import PretrainRun
+        from nystrom.tasks.pretrain_run import PretrainRun
 
         return PretrainRun(
             corpus=tuple(self.corpus), out=self.out / variant, preset="paper", tokenizer=self.tokenizer_path(),

@@ -29,7 +29,7 @@ from nystrom.tasks.text_models import load_source, parse_attention
 from nystrom.training import Task
 
 if TYPE_CHECKING:
-    from nystrom.tasks.pretrain import PretrainRun
+    from nystrom.tasks.pretrain_run import PretrainRun
 
 
 def bucket_metric(name: str, lo: int, hi: int) -> str:

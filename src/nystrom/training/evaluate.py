@@ -21,7 +21,7 @@ from nystrom.training.device import autocast, to_device
 
 if TYPE_CHECKING:
     from nystrom.training.config import TrainConfig
-    from nystrom.training.loop import Task
+    from nystrom.training.task import Task
 
 
 def _eval_order(data: Sequence, *, partial: bool) -> list[int]:
