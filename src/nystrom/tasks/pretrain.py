@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from nystrom.data.files import describe_file
 from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer, train_wordpiece
 from nystrom.data.text_corpus import resolve_corpus
 from nystrom.data.text_pretrain import PretrainingDataset, collate_pretraining
@@ -166,6 +167,18 @@ def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     return Task(PreTrainingObjective(model), train_set, collate, pretrain_step, dev=dev_set, name=name), tok
 
 
+def same_run(old: dict, new: dict) -> bool:
+    """Whether two ``pretrain_run.json`` records describe the same run: every option equal, the tokenizer
+    compared by content (records written before tokenizers were hashed hold its path instead: a path
+    is not compared, the vocabulary is checked when the model and data load)."""
+    keys = ("tokenizer", "tokenizer_file")
+    strip = lambda r: {k: v for k, v in r.items() if k not in keys}  # noqa: E731
+    old_tok, new_tok = old.get("tokenizer"), new.get("tokenizer")
+    if isinstance(old_tok, dict) and isinstance(new_tok, dict) and old_tok.get("sha256") != new_tok.get("sha256"):
+        return False
+    return strip(old) == strip(new)
+
+
 def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     """Train; writes ``out/{pretrain_run.json, metrics.jsonl, results.json, curves.png}`` and the best
     (dev MLM accuracy) weights as a transformers folder ``out/model/`` (``NystromformerForPreTraining``, loads
@@ -181,9 +194,10 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(run).items()}
     record["corpus"] = list(run.corpus)
     record.pop("out")
-    record.update(model_config=task.model.model.config.definition(), tokenizer_file=str(tok.path))
+    # the tokenizer by content and package, not by a machine path (the --tokenizer option's value included)
+    record.update(model_config=task.model.model.config.definition(), tokenizer=describe_file(tok.path))
     path = run.out / "pretrain_run.json"
-    if path.exists() and json.loads(path.read_text()) != record:
+    if path.exists() and not same_run(json.loads(path.read_text()), record):
         raise ValueError(f"{run.out} holds a run with other options; use another --out or the same options")
     if _rank() == 0:
         run.out.mkdir(parents=True, exist_ok=True)

@@ -244,7 +244,9 @@ def write_report(cr: CompareRun) -> dict:
         for k, v in dataclasses.asdict(cr).items()
         if k not in ("out", "variants")
     }
-    settings.update(corpus=list(cr.corpus), tokenizer=str(cr.tokenizer_path()))
+    from nystrom.data.files import describe_file
+
+    settings.update(corpus=list(cr.corpus), tokenizer=describe_file(cr.tokenizer_path()))
     report = {"experiment": "fig5-scratch", "settings": settings, "variants": variants}
     cr.out.mkdir(parents=True, exist_ok=True)
     tmp = cr.out / f"results.json.tmp-{os.getpid()}"
