@@ -131,7 +131,7 @@ def test_finetune_mrpc_f1_and_mnli_two_dev_sets(setup, tmp_path):
     preds = [int(r[1]) for r in _predictions(tmp_path / "mrpc" / "predictions_dev.tsv")]
     assert res["dev"]["f1"] == pytest.approx(f1_score(preds, [1, 0]))
     res = _run(setup, "mnli", tmp_path / "mnli", GLUE)
-    assert set(res) == {"loop", "dev_matched", "dev_mismatched"}
+    assert set(res) == {"loop", "truncated", "dev_matched", "dev_mismatched"}
     rows = _predictions(tmp_path / "mnli" / "predictions_dev_mismatched.tsv")
     assert len(rows) == 3 and all(r[1] in ("contradiction", "entailment", "neutral") for r in rows)
 

@@ -154,3 +154,33 @@ def test_the_issues_bare_command_defaults_to_minilm_and_a_runs_folder(tiny, monk
             "--text-column", "text", "--label-column", "label"]  # fmt: skip
     assert cli_main(argv) == 0
     assert seen[0].init_from_bert == "minilm" and seen[0].out == Path("runs/finetune/train")
+
+
+def test_long_documents_from_a_converted_model_report_their_truncation(tiny, tmp_path, capsys):
+    """`finetune --init-from` a `convert long` folder: documents beyond --max-length are cut, and said so."""
+    from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
+
+    cfg = NystromformerConfig.from_json_file(tiny / "tiny.json").replace(attention="softmax")
+    torch.manual_seed(0)
+    NystromformerForMaskedLM(cfg).save_pretrained(tmp_path / "short")
+    (tmp_path / "short" / "tokenizer.json").write_bytes((tiny / "tokenizer.json").read_bytes())
+    assert cli_main(["convert", "long", str(tmp_path / "short"), "--max-length", "256", "--out", str(tmp_path / "long"),
+                     "--num-landmarks", "8", "--conv-kernel", "3"]) == 0  # fmt: skip
+    docs = [(" ".join([POS[i % 3]] * (4 + 8 * i)), "pos") for i in range(6)] + [(NEG[i % 3], "neg") for i in range(6)]
+    (tmp_path / "docs.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in docs))
+    out = tmp_path / "run"
+    capsys.readouterr()
+    code = cli_main(["finetune", "--init-from", str(tmp_path / "long"), "--train-file", str(tmp_path / "docs.csv"),
+                     "--validation-file", str(tmp_path / "docs.csv"), "--max-length", "128", "--epochs", "1",
+                     "--batch-size", "4", "--out", str(out), "--no-progress", "--device", "cpu"])  # fmt: skip
+    assert code == 0
+    from nystrom.data.text import load_tokenizer
+
+    lengths = [2 + len(ids) for ids in load_tokenizer(tiny / "tokenizer.json").encode([t for t, _ in docs])]
+    cut = sum(n > 128 for n in lengths)
+    assert 0 < cut < 12
+    printed = capsys.readouterr().out
+    assert f"train: {cut} of 12 examples longer than 128 tokens were cut" in printed
+    res = json.loads((out / "finetune_results.json").read_text())
+    assert res["truncated"]["train"]["examples"] == cut and res["truncated"]["train"]["of"] == 12
+    assert res["truncated"]["train"]["tokens_dropped"] == sum(max(0, n - 128) for n in lengths)

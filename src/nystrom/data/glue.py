@@ -223,10 +223,25 @@ class ClassificationDataset(Sequence):
         ta = tokenizer.encode(examples.text_a[:count])
         tb = tokenizer.encode(examples.text_b[:count]) if examples.text_b is not None else [None] * count
         self.items = [encode_pair(a, b, tokenizer, max_length) for a, b in zip(ta, tb)]
+        full = [len(a) + (2 if b is None else len(b) + 3) for a, b in zip(ta, tb)]  # tokens before the cut
+        #: examples cut to ``max_length`` and the tokens they lost (reported, never silent)
+        self.truncated = sum(n > max_length for n in full)
+        self.tokens_dropped = sum(max(0, n - max_length) for n in full)
+        self.max_length = max_length
         self.labels = examples.labels[:count] if examples.labels is not None else None
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def truncation_note(self, name: str) -> str | None:
+        """One line saying how many examples were cut to ``max_length`` (None when none was)."""
+        if not self.truncated:
+            return None
+        return (
+            f"{name}: {self.truncated} of {len(self)} examples longer than {self.max_length} tokens were cut"
+            f" ({self.tokens_dropped:,} tokens dropped, {self.tokens_dropped / self.truncated:,.0f} per cut example);"
+            " a longer model keeps them: nystrom convert long SRC --max-length N"
+        )
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
         ids, types = self.items[i]

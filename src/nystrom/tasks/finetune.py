@@ -254,6 +254,12 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     tests = [ClassificationDataset(e, tok, max_length=length, limit=n_eval) for e in splits["test"]]
     for data in devs + tests:  # before training: these are predicted after it
         check_split(_split_name(data.examples), data)
+    truncation = {}
+    for name, data in [("train", train_set), *((_split_name(d.examples), d) for d in devs + tests)]:
+        note = data.truncation_note(name)
+        if note:
+            print(f"[nystrom] {note}")
+            truncation[name] = {"examples": data.truncated, "of": len(data), "tokens_dropped": data.tokens_dropped}
     pad = tok.pad_id
 
     def collate(items: list[dict]) -> dict[str, torch.Tensor]:
@@ -273,7 +279,7 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     loop_results = train(task, cfg, run.out, progress=progress)
     if (dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))) != 0:
         return {"loop": loop_results}
-    results: dict = {"loop": loop_results}
+    results: dict = {"loop": loop_results, "truncated": truncation}
     save_classifier(model, tok, labels, max_length=length, folder=run.out / "model")  # best-dev weights
     for data in devs + tests:
         logits = predict_logits(model, data, pad_id=pad, batch_size=cfg.batch_size, precision=run.precision)

@@ -57,7 +57,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         res = run_finetune(run, progress=not args.no_progress)
     if is_main():
         for split, r in res.items():
-            if split != "loop":
+            if split not in ("loop", "truncated"):
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(r.items()) if k != "examples")
                 print(f"{run.task or 'finetune'} {split}: {shown} ({r['examples']} examples)")
         print(
@@ -104,7 +104,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     f.add_argument("--preset", choices=sorted(FT_PRESETS), default="paper")
     f.add_argument("--from-hf", type=folder, metavar="PATH", help="HF Nystromformer folder")
-    f.add_argument("--from-pretrain", type=folder, metavar="DIR", help="output folder of `nystrom pretrain`")
+    f.add_argument(
+        "--init-from", "--from-pretrain", dest="from_pretrain", type=folder, metavar="DIR",
+        help="a model folder of ours (e.g. `nystrom convert long` output) or the output folder of `nystrom pretrain`",
+    )  # fmt: skip
     f.add_argument(
         "--model",
         type=model,

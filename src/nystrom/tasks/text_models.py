@@ -72,10 +72,14 @@ def load_source(
         folder = Path(from_hf_path)
         model = from_hf(folder, attention=attention)
     elif from_pretrain:
-        folder = Path(from_pretrain) / "model"
+        # a model folder of ours (`nystrom convert long` output), or a `nystrom pretrain` run holding model/
+        folder = Path(from_pretrain)
+        if not (folder / "config.json").is_file():
+            folder = folder / "model"
         if not (folder / "config.json").is_file():
             raise FileNotFoundError(
-                f"--from-pretrain {from_pretrain}: no {folder}/config.json; expected the output folder of a"
+                f"--init-from {from_pretrain}: no config.json there or in model/; expected a model folder of ours"
+                " (e.g. from `nystrom convert long`) or the output folder of a"
                 " finished `nystrom pretrain` run"
             )
         model = load_folder(folder)
