@@ -227,7 +227,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dupe-factor", type=positive_int, help=_DUPE_HELP)
     add_common(p, out_required=False)  # not required here, so that `nystrom pretrain compare` parses
     p.set_defaults(func=cmd_pretrain)
-    _register_compare(p.add_subparsers(dest="pretrain_command", metavar="{compare}", required=False))
+    experiments = p.add_subparsers(dest="pretrain_command", metavar="{compare,long-context}", required=False)
+    _register_compare(experiments)
+    from nystrom.tasks.long_context import register as register_long_context
+
+    register_long_context(experiments)
 
     c = subparsers.add_parser(
         "pretrain-compare", help="dev MLM/SOP curves of pretrain runs in one PNG + table"
