@@ -103,6 +103,68 @@ def test_table1_run_writes_outputs(tmp_path):
     assert "old" not in text and text.endswith("tail\n") and "`nystrom bench --test`" in text
     assert "| Linformer-256 |" in text and (tmp_path / "table1_fwd.png").stat().st_size > 1000
     assert (tmp_path / "table1_fwd.csv").read_text().count("\n") == 5  # header + 4 cases
+    assert "each case in a fresh process forked from one worker that imported torch once;" in text
+    assert all(r["peak_mb"] > 0 for r in rows if "ms" in r)
+
+
+def _probe(case: dict) -> dict:
+    """A case for the fork server (imported by its worker from this file): what its process looks like."""
+    import os
+    import time
+
+    if case["do"] == "raise":
+        raise ValueError("boom")
+    if case["do"] == "sleep":
+        time.sleep(60)
+    if case["do"] == "exit":
+        os._exit(3)
+    omp = os.environ.get("OMP_NUM_THREADS")
+    return {"pid": os.getpid(), "ppid": os.getppid(), "torch_threads": torch.get_num_threads(), "omp": omp}
+
+
+def test_case_server_forks_every_case_from_one_worker(monkeypatch):
+    """One worker per run, a fresh process per case: its result, error, timeout and crash are the case's
+    own, the worker survives them (and is replaced when it dies itself)."""
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    from nystrom.bench.forkserver import CaseServer
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])  # this file too
+    with CaseServer("test_bench_smoke:_probe", threads=2, env={"PYTHONPATH": path}) as server:
+        a, b = (server.run({"do": "ok"}, timeout_s=120) for _ in range(2))
+        worker = server.pid
+        assert a["ppid"] == b["ppid"] == worker and len({a["pid"], b["pid"], worker}) == 3
+        # OpenMP: the worker runs with one thread (a fork after its pool started hangs); a case gets the
+        # driver's setting back and the thread count it asked for
+        assert a["omp"] == "2" and a["torch_threads"] == 2
+        err = server.run({"do": "raise"}, timeout_s=120)["error"]
+        assert "ValueError: boom" in err and server.pid == worker
+        with pytest.raises(subprocess.TimeoutExpired):
+            server.run({"do": "sleep"}, timeout_s=1)
+        assert server.run({"do": "exit"}, timeout_s=120) == {"error": "exit code 3"}
+        assert server.run({"do": "ok"}, timeout_s=120)["ppid"] == worker == server.pid
+        os.kill(worker, signal.SIGKILL)  # the worker itself dies: the next case starts a new one
+        os.waitpid(worker, 0)
+        assert server.run({"do": "ok"}, timeout_s=120)["ppid"] == server.pid != worker
+
+
+def test_forked_case_measures_memory_as_a_fresh_process():
+    """The worker's mapped library pages are mapped again in a forked case: without that, this case's
+    peak read 12.9 MB forked vs 9.8 MB in a fresh interpreter (code pages faulted in again)."""
+    from nystrom.bench.common import run_child
+    from nystrom.bench.forkserver import CaseServer
+    from nystrom.bench.table1_case import case_args
+
+    case = {"method": "nystrom-32", "n": 128, "batch": 1, "heads": 2, "dim_head": 8, "dtype": "float32"}
+    case |= {"device": "cpu", "backward": False, "repeats": 1, "budget": 0.5, "threads": 0}
+    fresh = run_child("nystrom.bench.table1_case", ["nystrom-32", "128", *case_args(case)], timeout_s=300)
+    with CaseServer(table1._TARGET, threads=torch.get_num_threads()) as server:
+        forked = [server.run(case, timeout_s=300)["peak_mb"] for _ in range(2)]
+    assert all(abs(f - fresh["peak_mb"]) < 1.0 for f in forked), (fresh, forked)
 
 
 def test_approx_errors_decrease_with_budget_on_lowrank():
@@ -176,6 +238,9 @@ def test_commands_parse_and_reject_foreign_options():
     with pytest.raises(UsageError, match="unknown"):
         args.func(_parse(["bench", "--methods", "nystrom-64,bogus"]))
     assert _parse(["approx", "--quick"]).func.__name__ == "_cmd_approx"
+    assert _parse(["bench", "--quick", "--fresh-process"]).fresh_process and not args.fresh_process
+    with pytest.raises(UsageError, match="--fresh-process"):
+        args.func(_parse(["bench", "core", "--fresh-process"]))
 
 
 def test_training_bench_quick_writes_tables_plot_and_ratios(tmp_path):

@@ -23,7 +23,9 @@ from nystrom.bench.malloc import MALLOC
 
 MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx` reads q, k, v from
 # options that belong to one suite only; naming one for the other suite is an error, not ignored
-_TABLE1_ONLY = ("device", "batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads")
+_TABLE1_ONLY = (
+    "device", "batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads", "fresh_process",
+)  # fmt: skip
 _CORE_ONLY = ("impls", "modes", "landmarks")
 # what `bench training` does not take: its sizes are the paper's and TransMIL's regimes
 _NOT_TRAINING = (*_TABLE1_ONLY, "modes", "landmarks", "lengths", "heads", "dim_head")
@@ -83,6 +85,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             out_dir=args.out,
             markdown=markdown,
             command=_command_line(),
+            fresh_process=args.fresh_process,
         )
     except ValueError as err:
         raise UsageError(str(err)) from err  # option values the parser could not check
@@ -219,6 +222,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--budget", type=positive_float, help="seconds of timed calls per case (default 20; --quick 3)"
     )
     t.add_argument("--threads", type=positive_int, help="CPU threads per case (default: torch's default)")
+    t.add_argument(
+        "--fresh-process",
+        action="store_true",
+        help="start a new interpreter per case instead of forking each from one worker (seconds more a case)",
+    )
     c = b.add_argument_group("core only")
     c.add_argument(
         "--impls", type=_names, help="comma-separated subset of nystrom,hf,lucidrains,sdpa (core, training)"

@@ -10,18 +10,19 @@ Methods (every one the same :class:`~nystrom.attention.base.AttentionBase` shell
 projection, the per-head core, one output projection; dropout 0, no conv skip):
 ``transformer`` is the paper's baseline written out here — scores QKᵀ·s materialised (b, h, n, n),
 softmax, @V; ``sdpa`` is our fused exact ``softmax`` variant (PyTorch SDPA); the others come from
-:data:`nystrom.attention.REGISTRY` at the paper's sizes. Each (method, n) case runs in a fresh process
-(:func:`nystrom.bench.common.run_child`); the first call measures the peak memory above the level before
-it (CPU: resident-set high-water mark; CUDA: ``max_memory_allocated``), i.e. the memory the module's
-call needs beyond its input and weights; then the median of ``repeats`` timed calls.
+:data:`nystrom.attention.REGISTRY` at the paper's sizes. Each (method, n) case runs in a fresh process,
+forked from one worker that imported torch once (:mod:`nystrom.bench.forkserver`; ``fresh_process``:
+a new interpreter per case, :func:`nystrom.bench.common.run_child`, seconds slower a case); the first
+call measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
+``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights; then
+the median of ``repeats`` timed calls. One case, its modules and its measurement:
+:mod:`nystrom.bench.table1_case`; here the driver, the skip rules and the report.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import csv
-import json
-import math
 import os
 import subprocess
 import sys
@@ -30,147 +31,28 @@ from pathlib import Path
 
 import torch
 
-from nystrom.attention import REGISTRY, AttentionBase
-from nystrom.bench.common import machine_info, median_time_ms, peak_memory_mb, replace_section, run_child
+from nystrom.bench.common import machine_info, replace_section, run_child
+from nystrom.bench.forkserver import CaseServer
+from nystrom.bench.table1_case import (  # noqa: F401 (re-exported: the tests and callers import them here)
+    DTYPES,
+    EXACT,
+    METHODS,
+    MaterializedSoftmaxAttention,
+    build_case,
+    build_module,
+    case_args,
+    check_device,
+    child_main,
+)
 
-#: key -> (label as in the paper, registry name or "transformer", constructor options)
-METHODS: dict[str, tuple[str, str, dict]] = {
-    "transformer": ("Transformer", "transformer", {}),
-    "sdpa": ("SDPA (fused exact)", "softmax", {}),
-    "linformer-256": ("Linformer-256", "linformer", {"proj_len": 256}),
-    "longformer-257": ("Longformer-257", "longformer", {"window_size": 257}),
-    "nystrom-64": ("Nyströmformer-64", "nystrom", {"num_landmarks": 64, "conv_kernel_size": None}),
-    "nystrom-32": ("Nyströmformer-32", "nystrom", {"num_landmarks": 32, "conv_kernel_size": None}),
-    "performer-256": ("Performer-256", "performer", {"num_features": 256}),
-    "reformer-2": ("Reformer-2", "reformer", {"n_hashes": 2, "bucket_size": 64}),
-}
-EXACT = ("transformer", "sdpa")
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (512, 2048, 4096)
-DTYPES = ("float32", "bfloat16", "float16", "float64")
+CASE_TIMEOUT_S = 1800
+_TARGET = "nystrom.bench.table1_case:measure"
 PAPER_NOTE = (
     "Paper (1080Ti GPU, forward): Nyströmformer-64 vs Transformer 11.5× memory / 5.6× time at n=4096 and "
     "22.8× / 12.7× at n=8192; vs Longformer-257 at n=8192 1.2× memory, 3× time."
 )
-
-
-class MaterializedSoftmaxAttention(AttentionBase):
-    """The paper's Transformer baseline: ``softmax(Q Kᵀ s) V`` with the (b, h, n, n) scores in memory."""
-
-    name = "transformer"
-
-    def core(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
-    ) -> torch.Tensor:
-        """(b, h, n, d) x3 -> (b, h, n, d)."""
-        scores = q @ k.mT / math.sqrt(q.shape[-1])  # (b, h, n, n): two such tensors live for a moment
-        if mask is not None:
-            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
-        return torch.softmax(scores, -1) @ v  # (b, h, n, d)
-
-
-def build_module(method: str, *, n: int, heads: int, dim_head: int) -> AttentionBase:
-    """The attention module of ``method`` (a key of :data:`METHODS`) for inputs of n tokens."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
-    _, name, opts = METHODS[method]
-    e = heads * dim_head
-    if name == "transformer":
-        return MaterializedSoftmaxAttention(e, heads=heads, dim_head=dim_head)
-    if name == "linformer":
-        opts = {**opts, "max_seq_len": n}  # its (p, N) projections are sized for the longest input
-    return REGISTRY[name](e, heads=heads, dim_head=dim_head, **opts)
-
-
-def build_case(
-    method: str,
-    *,
-    n: int,
-    batch: int,
-    heads: int,
-    dim_head: int,
-    dtype: torch.dtype,
-    device: str,
-    backward: bool,
-):
-    """A zero-argument callable running one input (b, n, e) through the module (+ backward of ``out.sum()``)."""
-    mod = build_module(method, n=n, heads=heads, dim_head=dim_head).to(device=device, dtype=dtype).eval()
-    x = torch.randn(batch, n, heads * dim_head, dtype=dtype, device=device)  # (b, n, e)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    if not backward:
-
-        def fwd():
-            with torch.no_grad():
-                out = mod(x)  # (b, n, e)
-            sync()
-            return out
-
-        return fwd
-    xg = x.clone().requires_grad_()
-
-    def fwdbwd():
-        mod(xg).sum().backward()
-        sync()
-        mod.zero_grad(set_to_none=True)
-        xg.grad = None
-
-    return fwdbwd
-
-
-def _cuda_peak_mb(fn) -> float:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = fn()
-    peak = torch.cuda.max_memory_allocated()
-    del out
-    return (peak - before) / 2**20
-
-
-def child_main(argv: list[str]) -> dict:
-    """Entry point of one fresh-process case; prints and returns ``{"ms", "peak_mb"}``."""
-    p = argparse.ArgumentParser(prog="python -m nystrom.bench.table1")
-    p.add_argument("method", choices=list(METHODS))
-    p.add_argument("n", type=int)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--dim-head", type=int, default=64)
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--backward", action="store_true")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--budget", type=float, default=20.0)
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
-    a = p.parse_args(argv)
-    check_device(a.device)
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    fn = build_case(
-        a.method,
-        n=a.n,
-        batch=a.batch,
-        heads=a.heads,
-        dim_head=a.dim_head,
-        dtype=getattr(torch, a.dtype),
-        device=a.device,
-        backward=a.backward,
-    )
-    mem = _cuda_peak_mb(fn) if a.device == "cuda" else peak_memory_mb(fn)  # doubles as the warm-up
-    ms = median_time_ms(fn, repeats=a.repeats, budget_s=a.budget, warmup=0)
-    res = {"ms": ms, "peak_mb": mem}
-    print(json.dumps(res))
-    return res
-
-
-def check_device(device: str) -> None:
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"--device cuda: CUDA is not available (torch {torch.__version__}, cuda build "
-            f"{torch.version.cuda or 'none'}); use --device cpu"
-        )
 
 
 def _available_mb(device: str) -> float:
@@ -188,6 +70,32 @@ def estimate_mb(method: str, *, n: int, batch: int, heads: int, itemsize: int, b
     if method != "transformer":
         return 0.0
     return (4 if backward else 2) * batch * heads * n * n * itemsize / 2**20
+
+
+def _skip(
+    method: str, n: int, too_slow: set[str], case: dict, *, max_n: int, max_exact_n: int, max_call_s: float
+) -> str | None:
+    """Why the (method, n) case is not run (see :func:`run`), or None."""
+    limit = max_exact_n if method in EXACT else max_n
+    if n > limit:
+        return f"n > {'--max-exact-n' if method in EXACT else '--max-n'} {limit}"
+    if method in too_slow:
+        return f"a shorter n took over {max_call_s:g} s per call"
+    itemsize = torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()
+    need = estimate_mb(
+        method, n=n, batch=case["batch"], heads=case["heads"], itemsize=itemsize, backward=case["backward"]
+    )
+    if need > 0.7 * _available_mb(case["device"]):
+        return f"needs ~{need / 1024:.1f} GB, over 70% of the free memory"
+    return None
+
+
+def _measure(server: CaseServer | None, case: dict) -> dict:
+    """``{"ms", "peak_mb"}`` or ``{"error"}`` of one case: forked by ``server``, or in a new interpreter."""
+    if server is not None:
+        return server.run(case, timeout_s=CASE_TIMEOUT_S)
+    args = [case["method"], str(case["n"]), *case_args(case)]
+    return run_child("nystrom.bench.table1_case", args, timeout_s=CASE_TIMEOUT_S)
 
 
 def run(
@@ -209,12 +117,15 @@ def run(
     out_dir: Path = Path("docs"),
     markdown: Path | None = Path("docs/benchmarks.md"),
     command: str = "nystrom bench",
+    fresh_process: bool = False,
 ) -> list[dict]:
     """Run every (method, n) case in a fresh process; write CSV, markdown and PNG; return the rows.
 
-    A case is skipped (and says why) when n is above ``max_n`` (``max_exact_n`` for the exact methods),
-    when the quadratic baseline would need more than 70% of the free memory, or when the same method's
-    call at a shorter n already took over ``max_call_s``.
+    The processes are forked from one worker (torch imported once); ``fresh_process`` starts a new
+    interpreter per case instead (as before the worker, ≈ 8 s more a case on the 2-core VM). A case is
+    skipped (and says why) when n is above ``max_n`` (``max_exact_n`` for the exact methods), when the
+    quadratic baseline would need more than 70% of the free memory, or when the same method's call at a
+    shorter n already took over ``max_call_s``; one running past ``CASE_TIMEOUT_S`` is killed.
     """
     from tqdm import tqdm
 
@@ -224,38 +135,37 @@ def run(
         raise ValueError(f"methods: unknown {bad}; choose from {list(METHODS)}")
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    itemsize = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
-    common = ["--batch", str(batch), "--heads", str(heads), "--dim-head", str(dim_head), "--dtype", dtype]
-    common += ["--device", device, "--repeats", str(repeats), "--budget", str(budget_s)]
-    common += ["--threads", str(threads), *(["--backward"] if backward else [])]
+    case = {"batch": batch, "heads": heads, "dim_head": dim_head, "dtype": dtype, "device": device}
+    case |= {"backward": backward, "repeats": repeats, "budget": budget_s, "threads": threads}
+    fresh_process = fresh_process or not hasattr(os, "fork")  # the worker forks its cases (POSIX)
+    # the worker's cases get the thread count a fresh process would have (it runs with one: forkserver.py)
+    server = None if fresh_process else CaseServer(_TARGET, threads=threads or torch.get_num_threads())
     cases = [(m, n) for n in sorted(lengths) for m in methods]
     rows: list[dict] = []
     too_slow: set[str] = set()
     start, load_start = time.perf_counter(), os.getloadavg()[0]
-    for method, n in tqdm(cases, desc="table1", unit="case"):
-        row = {"method": method, "label": METHODS[method][0], "n": n}
-        limit = max_exact_n if method in EXACT else max_n
-        need = estimate_mb(method, n=n, batch=batch, heads=heads, itemsize=itemsize, backward=backward)
-        if n > limit:
-            row["skipped"] = f"n > {'--max-exact-n' if method in EXACT else '--max-n'} {limit}"
-        elif method in too_slow:
-            row["skipped"] = f"a shorter n took over {max_call_s:g} s per call"
-        elif need > 0.7 * _available_mb(device):
-            row["skipped"] = f"needs ~{need / 1024:.1f} GB, over 70% of the free memory"
-        else:
+    with server or contextlib.nullcontext():
+        for method, n in tqdm(cases, desc="table1", unit="case"):
+            rows.append(row := {"method": method, "label": METHODS[method][0], "n": n})
+            skip = _skip(
+                method, n, too_slow, case, max_n=max_n, max_exact_n=max_exact_n, max_call_s=max_call_s
+            )
+            if skip:
+                row["skipped"] = skip
+                continue
             try:
-                row.update(run_child("nystrom.bench.table1", [method, str(n), *common], timeout_s=1800))
+                row.update(_measure(server, {**case, "method": method, "n": n}))
             except subprocess.TimeoutExpired:
-                row["error"] = "timed out after 1800 s"
+                row["error"] = f"timed out after {CASE_TIMEOUT_S} s"
             if row.get("ms", 0.0) > 1e3 * max_call_s:
                 too_slow.add(method)
-        rows.append(row)
+    forked = "" if fresh_process else " forked from one worker that imported torch once"
     mode = "fwdbwd" if backward else "fwd"
     info = machine_info()
     setting = (
         f"b={batch}, h={heads}, d={dim_head} (e={heads * dim_head}), {dtype}, {device}, "
         f"{'forward + backward of out.sum()' if backward else 'forward under no_grad'}, conv skip off, "
-        f"{repeats} timed calls (median), each case in a fresh process; "
+        f"{repeats} timed calls (median), each case in a fresh process{forked}; "
         f"{time.perf_counter() - start:.0f} s in all; 1-min load average {load_start:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end (timings are only meaningful on an otherwise idle machine)."
     )

@@ -21,15 +21,18 @@ Scores are in base 2 and exponentiated without a row max when every row sum stay
 On other devices, and below ``*_MIN_N`` tokens on CPU (``TRAIN_MIN_N`` when autograd records a
 gradient), the same maths runs through the fused ``scaled_dot_product_attention`` (flash attention:
 O(n) memory too, and faster for short sequences and in training).
+
+The recomputing backward passes are in ``kernels_backward.py``; the tunables above (``CHUNK_*``,
+``SPLITS``) and the probability routine are read here and handed to them, so setting them on this
+module changes forward and backward alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 import torch.nn.functional as F
 
+from nystrom.functional.kernels_backward import long_key_backward, range_chunks, short_key_backward
 from nystrom.functional.memory import empty
 from nystrom.functional.parallel import parallel_for
 
@@ -94,12 +97,6 @@ def _splits(b: int) -> int:
     return max(1, -(-torch.get_num_threads() // max(b, 1))) if SPLITS is None else SPLITS  # b = 0: no items
 
 
-def _range_chunks(r: int, span: int, n: int, chunk: int) -> Iterator[slice]:
-    """Slices of at most ``chunk`` covering range r, i.e. [r·span, min(n, (r + 1)·span))."""
-    stop = min(n, (r + 1) * span)
-    return (slice(s0, min(s0 + chunk, stop)) for s0 in range(r * span, stop, chunk))
-
-
 class _ShortKeyAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, valid, scale):
@@ -118,7 +115,7 @@ class _ShortKeyAttention(torch.autograd.Function):
             i, r = divmod(t, r_)
             vi = None if valid is None else valid[i]
             buf = q.new_empty(h, min(CHUNK_ROWS, span), kt.shape[-1])
-            for rows in _range_chunks(r, span, n, CHUNK_ROWS):
+            for rows in range_chunks(r, span, n, CHUNK_ROWS):
                 p = _probs2(q[i, :, rows], kt[i], buf[:, : rows.stop - rows.start], vi)  # (h, c, m)
                 torch.bmm(p, v[i], out=out[i, rows].transpose(0, 1))  # (h, c, dv) into the interleaved output
 
@@ -131,41 +128,12 @@ class _ShortKeyAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
         q, k, v, valid = ctx.saved_tensors
-        s = ctx.scale
-        b, h, n, d = q.shape
-        m = k.shape[2]
-        need_q, need_k, need_v = ctx.needs_input_grad[:3]
-        kt = (k * (s * LOG2E)).mT.contiguous()  # (b, h, d, m) base-2 scores, as in the forward
-        ks = k * s  # (b, h, m, d) natural units: ∂(q·k s)/∂q
-        r_ = _splits(b)
-        span = -(-n // r_)
-        dq = q.new_empty(b, n, h, d)  # no huge-page hint in backwards: see memory.py
-        dk = q.new_zeros(b, r_, h, m, d)  # per row range, summed below
-        dv = q.new_zeros(b, r_, h, m, v.shape[-1])
-
-        # Row ranges with all heads batched, as in the forward: dq rows are disjoint per item.
-        def item(t: int) -> None:
-            i, r = divmod(t, r_)
-            vi = None if valid is None else valid[i]
-            buf = q.new_empty(h, min(CHUNK_ROWS, span), m)
-            for rows in _range_chunks(r, span, n, CHUNK_ROWS):
-                qc, go = q[i, :, rows], grad_out[i, :, rows]  # (h, c, d), (h, c, dv)
-                p = _probs2(qc, kt[i], buf[:, : rows.stop - rows.start], vi)  # (h, c, m) recomputed
-                dv[i, r].baddbmm_(p.mT, go)  # (h, m, dv) += pᵀ dO
-                ds = torch.bmm(go, v[i].mT)  # (h, c, m) dP = dO vᵀ
-                ds.sub_((ds * p).sum(-1, keepdim=True)).mul_(p)  # dS = P ∘ (dP − rowsum(P ∘ dP))
-                torch.bmm(ds, ks[i], out=dq[i, rows].transpose(0, 1))  # (h, c, d)
-                dk[i, r].baddbmm_(ds.mT, qc, alpha=s)  # (h, m, d)
-
-        parallel_for(item, range(b * r_), device=q.device)
-        dk, dv = dk.sum(1), dv.sum(1)
-        return (
-            dq.permute(0, 2, 1, 3) if need_q else None,
-            dk if need_k else None,
-            dv if need_v else None,
-            None,
-            None,
+        kt = (k * (ctx.scale * LOG2E)).mT.contiguous()  # (b, h, d, m) base-2 scores, as in the forward
+        r_, s = _splits(q.shape[0]), ctx.scale  # tunables read here, where they are set: see kernels_backward
+        grads = short_key_backward(
+            grad_out, q, k, kt, v, valid, scale=s, splits=r_, chunk=CHUNK_ROWS, probs=_probs2
         )
+        return (*(g if need else None for g, need in zip(grads, ctx.needs_input_grad[:3])), None, None)
 
 
 def _long_forward(
@@ -191,7 +159,7 @@ def _long_forward(
         i, r = divmod(t, r_)
         a, mx, tot = acc[i, r], mxs[i, r], tots[i, r]  # (h, m, dv), (h, m, 1), (h, m, 1)
         buf = qs.new_empty(h, m, min(CHUNK_KEYS, span))
-        for keys in _range_chunks(r, span, n, CHUNK_KEYS):
+        for keys in range_chunks(r, span, n, CHUNK_KEYS):
             if key_mask is not None:
                 mc = key_mask[i, keys]  # (c,)
                 if not bool(mc.any()):
@@ -236,35 +204,11 @@ class _LongKeyAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         qs, k, v, key_mask, out, lse = ctx.saved_tensors  # base-2 queries and log-sum-exp
         qn = qs * (1.0 / LOG2E)  # (b, h, m, d) = q·scale, the natural-unit queries ∂s/∂k needs
-        b, h, m, d = qs.shape
-        n = k.shape[2]
-        go = grad_out.contiguous()
-        delta = (go * out).sum(-1, keepdim=True)  # (b, h, m, 1) = rowsum(P ∘ dP)
-        r_ = _splits(b)
-        span = -(-n // r_)
-        dq = qs.new_zeros(b, r_, h, m, d)  # per key range, summed below
-        dk = k.new_empty(b, n, h, d)  # no huge-page hint in backwards: see memory.py
-        dv = v.new_empty(b, n, h, v.shape[-1])
-
-        # Key ranges with all heads batched, as in the forward: dk/dv rows are disjoint per item. Every
-        # row is written (padded keys get p = 0, so zero gradients).
-        def item(t: int) -> None:
-            i, r = divmod(t, r_)
-            for keys in _range_chunks(r, span, n, CHUNK_KEYS):
-                kc, vc = k[i, :, keys], v[i, :, keys]  # (h, c, d), (h, c, dv)
-                p = torch.bmm(qs[i], kc.mT)  # (h, m, c)
-                if key_mask is not None:
-                    p.masked_fill_(~key_mask[i, keys], float("-inf"))
-                p.sub_(lse[i]).exp2_()  # recomputed probabilities
-                torch.bmm(p.mT, go[i], out=dv[i, keys].transpose(0, 1))  # (h, c, dv)
-                ds = torch.bmm(go[i], vc.mT)  # (h, m, c)
-                ds.sub_(delta[i]).mul_(p)
-                torch.bmm(ds.mT, qn[i], out=dk[i, keys].transpose(0, 1))  # (h, c, d)
-                dq[i, r].baddbmm_(ds, kc)  # (h, m, d), scaled below
-
-        parallel_for(item, range(b * r_), device=qs.device)
-        dq = dq.sum(1).mul_(ctx.scale)
-        return dq, dk.permute(0, 2, 1, 3), dv.permute(0, 2, 1, 3), None, None
+        r_, s = _splits(qs.shape[0]), ctx.scale
+        dq, dk, dv = long_key_backward(
+            grad_out, qs, qn, k, v, key_mask, out, lse, scale=s, splits=r_, chunk=CHUNK_KEYS
+        )
+        return dq, dk, dv, None, None
 
 
 _HALF = (torch.float16, torch.bfloat16)

@@ -5,7 +5,9 @@ Legend: b batch, L padded length (per document for retrieval), e hidden size (64
 :func:`run_lra` builds the paper's model (the ``"lra"`` preset: 2 pre-LN layers, e=64, FFN 128, 2 heads,
 mean pooling over real tokens) with the requested attention, loads the task's data from the release
 formats (or generates ListOps), trains with :func:`nystrom.training.train` (which resumes from
-``out/last``) and evaluates the best-dev weights once on the *full* test split.
+``out/last``) and evaluates the best-dev weights once on the *full* test split. The run's options
+(:class:`LRARun`) and the schedule, configuration and model they resolve to are in
+:mod:`nystrom.tasks.lra_run`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,125 +31,22 @@ from nystrom.data.lra import (
     load_pathfinder,
 )
 from nystrom.data.lra.collate import collate_pair, collate_single
-from nystrom.data.lra.tokenize import PAD_ID
-from nystrom.model import (
-    NystromformerConfig,
-    NystromformerForDualSequenceClassification,
-    NystromformerForSequenceClassification,
-)
 from nystrom.tasks.lra_presets import (
     DATA_SOURCES,
     LISTOPS_DATA_SEED,
     LISTOPS_GENERATOR,
     LISTOPS_SIZES,
-    PRESET_NAMES,
     TASK_SPECS,
-    TASKS,
     attention_label,
-    parse_attention_spec,
-    schedule,
+    parse_attention_spec,  # noqa: F401 (re-exported)
 )
-from nystrom.training import Task, TrainConfig, evaluate, train
+from nystrom.tasks.lra_run import LRARun, build_model, model_config, train_config  # noqa: F401 (re-exported)
+from nystrom.training import Task, evaluate, train
 from nystrom.training.preflight import check_splits
 
 
 class MissingDataError(FileNotFoundError):
     """The task's data files are not where ``--data`` points (or no ``--data`` was given)."""
-
-
-@dataclass(frozen=True)
-class LRARun:
-    """Options of one ``nystrom lra`` run; ``None`` means "the preset's value"."""
-
-    task: str
-    attention: str = "nystrom-64"
-    preset: str = "official"
-    data: Path | None = None
-    out: Path | None = None
-    steps: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    max_length: int | None = None
-    eval_batches: int | None = None
-    eval_every: int | None = None
-    seed: int = 0
-    precision: str = "fp32"  # fp32, bf16, fp16 (nystrom.training.device)
-    device: str = "auto"
-    compile: bool = False
-    pool_padding: bool = False
-    listops_sizes: tuple[int, int, int] | None = None
-
-    def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
-        if self.preset not in PRESET_NAMES:
-            raise ValueError(f"preset must be one of {PRESET_NAMES}, got {self.preset!r}")
-        if self.listops_sizes is not None and self.task != "listops":
-            raise ValueError("listops_sizes (--listops-sizes) only applies to the listops task")
-        if self.listops_sizes is not None and self.data is not None:
-            raise ValueError("listops_sizes (--listops-sizes) sizes generated data; it cannot go with --data")
-
-    def length(self) -> int:
-        return self.max_length or schedule(self.task, self.preset).max_length
-
-    def out_dir(self) -> Path:
-        if self.out is not None:
-            return Path(self.out)
-        label = attention_label(parse_attention_spec(self.attention, max_length=self.length()))
-        return Path("runs") / "lra" / f"{self.task}-{label}-{self.preset}-seed{self.seed}"
-
-
-def train_config(run: LRARun) -> TrainConfig:
-    """The preset's schedule with the run's overrides; ``--steps`` scales the warm-up proportionally."""
-    s = schedule(run.task, run.preset)
-    steps = run.steps or s.steps
-    warmup = s.warmup if run.steps is None else round(s.warmup * steps / s.steps)
-    return TrainConfig(
-        steps=steps,
-        batch_size=run.batch_size or s.batch_size,
-        lr=run.lr or s.lr,
-        warmup=warmup,
-        weight_decay=0.0,
-        betas=(0.9, 0.999),
-        eps=1e-6,
-        clip=s.clip,
-        precision=run.precision,
-        device=run.device,
-        compile=run.compile,
-        eval_every=min(run.eval_every or s.eval_every, steps),
-        eval_batches=run.eval_batches,
-        log_every=max(1, min(10, steps // 10)),
-        seed=run.seed,
-    )
-
-
-def model_config(run: LRARun) -> NystromformerConfig:
-    """The ``"lra"`` preset for this task: vocabulary, classes, length L, attention and pooling."""
-    spec = TASK_SPECS[run.task]
-    return NystromformerConfig.preset(
-        "lra",
-        vocab_size=spec.vocab_size,
-        num_labels=spec.num_labels,
-        max_position_embeddings=run.length(),
-        pad_token_id=PAD_ID if spec.padded else None,  # grey level 0 must keep a trainable embedding
-        pooling="mean_with_padding" if run.pool_padding else "mean",
-        attention=parse_attention_spec(run.attention, max_length=run.length()),
-    )
-
-
-def build_model(run: LRARun) -> nn.Module:
-    """The dual encoder for retrieval, the single-sequence classifier otherwise (seeded by ``run.seed``)."""
-    cfg = model_config(run)
-    torch.manual_seed(run.seed)
-    cls = (
-        NystromformerForDualSequenceClassification
-        if TASK_SPECS[run.task].dual
-        else NystromformerForSequenceClassification
-    )
-    try:
-        return cls(cfg)
-    except (ValueError, TypeError) as err:
-        raise type(err)(f"--attention {run.attention}: {err}") from err
 
 
 def _require(root: Path | None, task: str, present: bool) -> None:

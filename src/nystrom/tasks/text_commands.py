@@ -229,7 +229,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_pretrain)
     experiments = p.add_subparsers(dest="pretrain_command", metavar="{compare,long-context}", required=False)
     _register_compare(experiments)
-    from nystrom.tasks.long_context import register as register_long_context
+    from nystrom.tasks.long_context_commands import register as register_long_context
 
     register_long_context(experiments)
 

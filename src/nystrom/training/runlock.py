@@ -12,7 +12,9 @@ Under torchrun all ranks write into one folder, so the run (rank 0) takes one lo
 is refused, rank 0 fails and torchrun stops the other ranks.
 
 ``OUT/run.json`` records each start: the command line, the resolved training and model configuration,
-the seed, the data sizes and the versions of nystrom, torch, transformers and Python.
+the seed, the data sizes and the versions of nystrom, torch, transformers and Python. It is written by
+:mod:`nystrom.training.run_record` (``RECORD_NAME`` and its functions are re-exported here);
+:func:`guard_run_folder` writes it under the lock.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any, TypeVar
+
+from nystrom.training.run_record import RECORD_NAME, run_record, utc_now, write_run_record  # noqa: F401
 
 try:  # POSIX; elsewhere the pid check alone guards the folder
     import fcntl
@@ -39,7 +41,6 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = "run.lock"
-RECORD_NAME = "run.json"
 
 
 class RunFolderInUseError(RuntimeError):
@@ -55,10 +56,6 @@ def _describe(holder: dict | None) -> str:
         return "another process (its lock file is being written)"
     cmd = " ".join(holder.get("command") or [])
     return f"pid {holder.get('pid')} on host {holder.get('host')} (since {holder.get('started')}: {cmd})"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -115,7 +112,7 @@ def _acquire(folder: Path) -> _Hold:
     created = not folder.is_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now(), "command": list(sys.argv)}
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": utc_now(), "command": list(sys.argv)}
     for _ in range(10):  # retried only when a releasing holder unlinks the file between open and flock
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -215,65 +212,6 @@ def hold_run_folder(folder: Path | str) -> Iterator[Path]:
             if hold.depth == 0:
                 del _held[key]
                 _release(hold)
-
-
-def _versions() -> dict[str, str | None]:
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    import torch
-
-    import nystrom
-
-    return {
-        "nystrom": nystrom.__version__,
-        "torch": torch.__version__,
-        "transformers": version("transformers"),
-        "python": sys.version.split()[0],
-    }
-
-
-def run_record(task: Any, cfg: Any) -> dict:
-    """What this start of a run is: command, configuration (loop and model), seed, data sizes, versions."""
-    model_cfg = getattr(getattr(task.model, "config", None), "to_dict", None)
-
-    def size(data: Any) -> int | None:
-        return None if data is None else len(data)
-
-    return {
-        "command": list(sys.argv),
-        "cwd": os.getcwd(),
-        "started": _now(),
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-        "seed": cfg.seed,
-        "train_config": dataclasses.asdict(cfg),
-        "task": task.name,
-        "model_class": f"{type(task.model).__module__}.{type(task.model).__qualname__}",
-        "model_config": model_cfg() if callable(model_cfg) else None,
-        "examples": {"train": size(task.train), "dev": size(task.dev), "test": size(task.test)},
-        "versions": _versions(),
-    }
-
-
-def write_run_record(folder: Path, record: dict) -> Path:
-    """Write ``folder/run.json``: ``record``, with the earlier starts of this run under ``"previous"``."""
-    path = Path(folder) / RECORD_NAME
-    previous: list = []
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-            previous = [*old.pop("previous", []), old]
-        except ValueError:  # a half-written record of a killed run: start the history afresh
-            previous = []
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({**record, "previous": previous}, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
-    return path
 
 
 def _rank() -> int:

@@ -1,0 +1,144 @@
+"""The driver of ``nystrom bench models``: interleaved rounds of fresh-process cases, ratios, the FLOP floor,
+and the JSON / markdown / PNG it writes (see :mod:`nystrom.bench.models` for the cases themselves).
+
+Legend: b batch, n tokens, e hidden size, f FFN width, v vocabulary, L layers, m landmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from itertools import product
+from pathlib import Path
+
+from nystrom.bench.models import MODELS, MODES, SIZES, summarise
+
+#: the transformers models our Nyström model is measured against (the fastest of them in each case)
+OTHERS = ("hf-nystromformer", "hf-longformer", "hf-bigbird")
+MASK_FRACTION = 0.15
+
+
+def floor_flops(size: dict, *, n: int, batch: int, mode: str, m: int = 64) -> float:
+    """FLOPs of our Nyström model's GEMMs: per layer the q/k/v/out projections (4e²) and the FFN (2ef) at
+    every token, the Nyström core (≈ 8·n·m·d per head, e = h·d) and, for training, the MLM head at the
+    masked positions; a training step is 3× the forward (backward = 2× forward)."""
+    e, f, v = size["hidden"], size["ffn"], size["vocab"]
+    per_token = size["layers"] * (2 * (4 * e * e + 2 * e * f) + 8 * m * e)
+    fwd = batch * n * per_token
+    if mode == "inference":
+        return fwd
+    head = batch * n * MASK_FRACTION * 2 * (e * e + e * v)
+    return 3 * (fwd + head)
+
+
+def gemm_rate(size: dict, *, n: int) -> float:
+    """fp32 GFLOP/s of the model's own FFN GEMM shape, (n, e) @ (e, f), on this machine."""
+    import torch
+
+    from nystrom.bench.common import median_time_ms
+
+    a, w = torch.randn(n, size["hidden"]), torch.randn(size["hidden"], size["ffn"])
+    ms = median_time_ms(lambda: a @ w, repeats=7, warmup=2)
+    return 2 * n * size["hidden"] * size["ffn"] / (ms / 1e3) / 1e9
+
+
+def run(
+    *, size: str = "minilm", lengths: tuple[int, ...] = (512, 4096, 8192, 16384), batches: tuple[int, ...] = (1,),
+    models: tuple[str, ...] = MODELS, modes: tuple[str, ...] = MODES, rounds: int = 2, repeats: int = 2,
+    dtype: str = "fp32", threads: int = 0, timeout_s: float = 1800, out_dir: Path = Path("docs"),
+    progress: bool = True,
+) -> dict:  # fmt: skip
+    """Every (mode, n, b, model) case ``rounds`` times, models interleaved within each round; writes
+    ``out_dir/bench_models.json`` (+ ``.md``, ``.png``) and returns the report."""
+    import subprocess
+
+    from tqdm import tqdm
+
+    from nystrom.bench.common import machine_info, run_child
+
+    bad = sorted(set(models) - set(MODELS)) + sorted(set(modes) - set(MODES))
+    if bad or size not in SIZES:
+        raise ValueError(f"unknown {bad or size}: models {MODELS}, modes {MODES}, sizes {sorted(SIZES)}")
+    groups = list(product(modes, sorted(lengths), batches))
+    samples: dict[tuple, list[dict]] = {}
+    start = time.perf_counter()
+    bar = tqdm(total=rounds * len(groups) * len(models), desc="bench models", unit="case", disable=not progress)
+    for _ in range(rounds):
+        for mode, n, b in groups:
+            for model in models:
+                key = (mode, n, b, model)
+                if any("error" in s for s in samples.get(key, [])):
+                    bar.update(1)  # failed once: the error stands, no retry
+                    continue
+                case = {"model": model, "mode": mode, "n": n, "batch": b, "size": size, "repeats": repeats,
+                        "dtype": dtype, "threads": threads}  # fmt: skip
+                try:
+                    res = run_child("nystrom.bench.models", [json.dumps(case)], timeout_s=timeout_s)
+                except subprocess.TimeoutExpired:
+                    res = {"error": f"timed out after {timeout_s:g} s"}
+                samples.setdefault(key, []).append(res)
+                bar.update(1)
+    bar.close()
+    rows = []
+    for (mode, n, b, model), s in samples.items():
+        row = {"mode": mode, "n": n, "batch": b, "model": model, **summarise(s)}
+        if "median_s" in row:
+            row["tokens_per_s"] = b * n / row["median_s"]
+        rows.append(row)
+    rates = {n: gemm_rate(SIZES[size], n=n) for n in sorted(lengths)}
+    add_ratios(rows, SIZES[size], rates)
+    report = {"size": size, "dtype": dtype, "rounds": rounds, "repeats": repeats, "rows": rows,
+              "gemm_gflops": rates, "machine": machine_info(), "wall_s": time.perf_counter() - start}  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench_models.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / "bench_models.md").write_text(render(report))
+    return report
+
+
+def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
+    """Per row of ours: speed and memory against the fastest of :data:`OTHERS` and against our exact
+    model in the same (mode, n, b), and, for Nyström, time ÷ its FLOP floor."""
+    by = {(r["mode"], r["n"], r["batch"], r["model"]): r for r in rows}
+    for r in rows:
+        if not r["model"].startswith("ours") or "median_s" not in r:
+            continue
+        key = (r["mode"], r["n"], r["batch"])
+        others = [by[(*key, o)] for o in OTHERS if "median_s" in by.get((*key, o), {})]
+        if others:
+            best = min(others, key=lambda o: o["median_s"])
+            r["vs_fastest_other"] = {"model": best["model"], "speedup": best["median_s"] / r["median_s"],
+                                     "memory": r["peak_mb"] / best["peak_mb"]}  # fmt: skip
+        exact = by.get((*key, "ours-softmax"), {})
+        if r["model"] == "ours-nystrom" and "median_s" in exact:
+            r["vs_ours_exact"] = {"speedup": exact["median_s"] / r["median_s"], "memory": r["peak_mb"] / exact["peak_mb"]}
+        if r["model"] == "ours-nystrom":
+            floor = floor_flops(size, n=r["n"], batch=r["batch"], mode=r["mode"]) / (rates[r["n"]] * 1e9)
+            r["floor_s"], r["x_floor"] = floor, r["median_s"] / floor
+
+
+def render(report: dict) -> str:
+    """Markdown: one table per mode, rows (n, b, model) with time, tokens/s, peak and our ratios."""
+    out = [f"Whole models, {report['size']} size, {report['dtype']}, random weights; median of {report['rounds']} "
+           f"interleaved rounds × {report['repeats']} calls, each case in a fresh process. "
+           f"Machine: {report['machine']['cpu']}, {report['machine']['threads']} threads, torch "
+           f"{report['machine']['torch']}, transformers {report['machine']['transformers']}.\n"]  # fmt: skip
+    for mode in MODES:
+        rows = [r for r in report["rows"] if r["mode"] == mode]
+        if not rows:
+            continue
+        out += [f"\n**{mode}**\n", "| n | b | model | s | tokens/s | peak MB | vs fastest HF | vs ours exact | ÷ floor |",
+                "|---:|---:|---|---:|---:|---:|---|---|---:|"]  # fmt: skip
+        for r in sorted(rows, key=lambda r: (r["n"], r["batch"], MODELS.index(r["model"]))):
+            if "error" in r:
+                out.append(f"| {r['n']} | {r['batch']} | {r['model']} | — | — | — | {r['error']} | | |")
+                continue
+            vs = r.get("vs_fastest_other")
+            ex = r.get("vs_ours_exact")
+            out.append(
+                f"| {r['n']} | {r['batch']} | {r['model']} | {r['median_s']:.2f} (±{100 * (r['spread'] - 1):.0f} %) | "
+                f"{r['tokens_per_s']:,.0f} | {r['peak_mb']:.0f} | "
+                + (f"{vs['speedup']:.2f}× faster, {vs['memory']:.2f}× memory ({vs['model']})" if vs else "")
+                + " | " + (f"{ex['speedup']:.2f}×, {ex['memory']:.2f}× memory" if ex else "")
+                + " | " + (f"{r['x_floor']:.2f}" if "x_floor" in r else "") + " |"
+            )  # fmt: skip
+    return "\n".join(out) + "\n"
