@@ -76,14 +76,14 @@ def build(model: str, *, size: dict, n: int, mode: str):
     return cls(cfg)
 
 
-def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int):
+def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int, device=None):
     """A no-argument function running one inference forward or one training step of ``net``."""
     import torch
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(5, vocab, (batch, n), generator=g)  # (b, n)
-    mask = torch.ones(batch, n, dtype=torch.long)
+    ids = torch.randint(5, vocab, (batch, n), generator=g).to(device)  # (b, n)
+    mask = torch.ones(batch, n, dtype=torch.long, device=device)
     if mode == "inference":
         net.eval()
 
@@ -93,7 +93,7 @@ def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int):
 
         return infer
     net.train()
-    labels = torch.where(torch.rand(batch, n, generator=g) < 0.15, ids, -100)  # (b, n)
+    labels = torch.where(torch.rand(batch, n, generator=g).to(device) < 0.15, ids, -100)  # (b, n)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-5)
 
     def step():
@@ -112,7 +112,10 @@ def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int):
 
 
 def child_main(argv: list[str]) -> dict:
-    """One case in this fresh process: ``{"s": [seconds per call], "peak_mb"}`` or ``{"error"}``."""
+    """One case in this fresh process: ``{"s": [seconds per call], "peak_mb"}`` or ``{"error"}``.
+
+    ``device`` ``"cuda"`` runs on the GPU (peak = CUDA allocations above the weights and inputs, calls
+    synchronised); ``dtype`` ``"bf16"``/``"fp16"`` runs under autocast (fp16 only on a GPU)."""
     case = json.loads(argv[0])
     import torch
 
@@ -121,16 +124,28 @@ def child_main(argv: list[str]) -> dict:
     if case.get("threads"):
         torch.set_num_threads(case["threads"])
     size = SIZES[case["size"]]
+    device = torch.device(case.get("device", "cpu"))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(case.get("dtype", "fp32"))
     try:
-        net = build(case["model"], size=size, n=case["n"], mode=case["mode"])
-        call = make_call(case["model"], net, n=case["n"], batch=case["batch"], mode=case["mode"], vocab=size["vocab"])
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.get("dtype") == "bf16")
-        with autocast:
-            peak = peak_memory_mb(call)  # the first call (warm-up) measures the memory
+        net = build(case["model"], size=size, n=case["n"], mode=case["mode"]).to(device)
+        call = make_call(case["model"], net, n=case["n"], batch=case["batch"], mode=case["mode"], vocab=size["vocab"],
+                         device=device)  # fmt: skip
+        with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+                before = torch.cuda.memory_allocated()
+                call()  # the warm-up measures the memory
+                torch.cuda.synchronize()
+                peak = (torch.cuda.max_memory_allocated() - before) / 2**20
+            else:
+                peak = peak_memory_mb(call)  # the first call (warm-up) measures the memory
             times = []
             for _ in range(case["repeats"]):
                 t = time.perf_counter()
                 call()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
                 times.append(time.perf_counter() - t)
     except Exception as err:  # reported in the table (an OOM, a length rule), never dropped
         return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"}

@@ -31,22 +31,23 @@ def floor_flops(size: dict, *, n: int, batch: int, mode: str, m: int = 64) -> fl
     return 3 * (fwd + head)
 
 
-def gemm_rate(size: dict, *, n: int) -> float:
+def gemm_rate(size: dict, *, n: int, device: str = "cpu") -> float:
     """fp32 GFLOP/s of the model's own FFN GEMM shape, (n, e) @ (e, f), on this machine."""
     import torch
 
     from nystrom.bench.common import median_time_ms
 
-    a, w = torch.randn(n, size["hidden"]), torch.randn(size["hidden"], size["ffn"])
-    ms = median_time_ms(lambda: a @ w, repeats=7, warmup=2)
+    a, w = torch.randn(n, size["hidden"], device=device), torch.randn(size["hidden"], size["ffn"], device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    ms = median_time_ms(lambda: (a @ w, sync()), repeats=7, warmup=2)
     return 2 * n * size["hidden"] * size["ffn"] / (ms / 1e3) / 1e9
 
 
 def run(
     *, size: str = "minilm", lengths: tuple[int, ...] = (512, 4096, 8192, 16384), batches: tuple[int, ...] = (1,),
     models: tuple[str, ...] = MODELS, modes: tuple[str, ...] = MODES, rounds: int = 2, repeats: int = 2,
-    dtype: str = "fp32", threads: int = 0, timeout_s: float = 1800, out_dir: Path = Path("docs"),
-    progress: bool = True,
+    dtype: str = "fp32", device: str = "cpu", threads: int = 0, timeout_s: float = 1800,
+    out_dir: Path = Path("docs"), name: str = "bench_models", progress: bool = True,
 ) -> dict:  # fmt: skip
     """Every (mode, n, b, model) case ``rounds`` times, models interleaved within each round; writes
     ``out_dir/bench_models.json`` (+ ``.md``, ``.png``) and returns the report."""
@@ -71,7 +72,7 @@ def run(
                     bar.update(1)  # failed once: the error stands, no retry
                     continue
                 case = {"model": model, "mode": mode, "n": n, "batch": b, "size": size, "repeats": repeats,
-                        "dtype": dtype, "threads": threads}  # fmt: skip
+                        "dtype": dtype, "device": device, "threads": threads}  # fmt: skip
                 try:
                     res = run_child("nystrom.bench.models", [json.dumps(case)], timeout_s=timeout_s)
                 except subprocess.TimeoutExpired:
@@ -85,13 +86,13 @@ def run(
         if "median_s" in row:
             row["tokens_per_s"] = b * n / row["median_s"]
         rows.append(row)
-    rates = {n: gemm_rate(SIZES[size], n=n) for n in sorted(lengths)}
+    rates = {n: gemm_rate(SIZES[size], n=n, device=device) for n in sorted(lengths)}
     add_ratios(rows, SIZES[size], rates)
-    report = {"size": size, "dtype": dtype, "rounds": rounds, "repeats": repeats, "rows": rows,
+    report = {"size": size, "dtype": dtype, "device": device, "rounds": rounds, "repeats": repeats, "rows": rows,
               "gemm_gflops": rates, "machine": machine_info(), "wall_s": time.perf_counter() - start}  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench_models.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out_dir / "bench_models.md").write_text(render(report))
+    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / f"{name}.md").write_text(render(report))
     return report
 
 
@@ -118,7 +119,7 @@ def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
 
 def render(report: dict) -> str:
     """Markdown: one table per mode, rows (n, b, model) with time, tokens/s, peak and our ratios."""
-    out = [f"Whole models, {report['size']} size, {report['dtype']}, random weights; median of {report['rounds']} "
+    out = [f"Whole models, {report['size']} size, {report['dtype']} on {report.get('device', 'cpu')}, random weights; median of {report['rounds']} "
            f"interleaved rounds × {report['repeats']} calls, each case in a fresh process. "
            f"Machine: {report['machine']['cpu']}, {report['machine']['threads']} threads, torch "
            f"{report['machine']['torch']}, transformers {report['machine']['transformers']}.\n"]  # fmt: skip
