@@ -59,3 +59,13 @@ def test_ratios_and_floor_by_hand():
     text = render({"size": "minilm", "dtype": "fp32", "rounds": 1, "repeats": 1, "rows": rows,
                    "machine": {"cpu": "x", "threads": 2, "torch": "t", "transformers": "t"}})  # fmt: skip
     assert "MemoryError: x" in text and "2.50× faster, 0.50× memory (hf-nystromformer)" in text
+
+
+def test_the_command_refuses_other_suites_options_and_theirs_refuse_its(capsys):
+    from nystrom.cli import main
+
+    assert main(["bench", "models", "--heads", "4"]) == 2
+    assert "['--heads'] do not apply" in capsys.readouterr().err
+    assert main(["bench", "table1", "--rounds", "2"]) == 2
+    assert main(["bench", "models", "--models", "ours-nystrom,bogus", "--out", "/tmp/unused-bench"]) == 2
+    assert "unknown ['bogus']" in capsys.readouterr().err

@@ -46,16 +46,23 @@ def _command_line() -> str:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    from nystrom.bench.models_commands import MODELS_ONLY
+
     wrong = {
-        "table1": (*_CORE_ONLY, *_TRAINING_ONLY),
-        "core": (*_TABLE1_ONLY, *_TRAINING_ONLY),
-        "training": _NOT_TRAINING,
+        "table1": (*_CORE_ONLY, *_TRAINING_ONLY, *MODELS_ONLY),
+        "core": (*_TABLE1_ONLY, *_TRAINING_ONLY, *MODELS_ONLY),
+        "training": (*_NOT_TRAINING, *MODELS_ONLY),
+        "models": (*(o for o in _NOT_TRAINING if o not in ("lengths", "device", "threads")), *_TRAINING_ONLY),
     }[args.suite]
     given = [f"--{o.replace('_', '-')}" for o in wrong if getattr(args, o) not in (None, False)]
     if args.suite == "training" and args.dtype != "float32":
         given.append("--dtype")
     if given:
         raise UsageError(f"nystrom bench {args.suite}: option(s) {given} do not apply to this suite")
+    if args.suite == "models":
+        from nystrom.bench.models_commands import cmd
+
+        return cmd(args)
     markdown = None if args.no_markdown else args.out / "benchmarks.md"
     if args.suite == "core":
         return _bench_core(args, markdown)
@@ -181,9 +188,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="table1: memory/time of one input through each self-attention module (the paper's "
         "Table 1). core: Nyström core/module vs HuggingFace, lucidrains and SDPA. training: forward, "
         "backward and peak memory of one layer in the paper's and TransMIL's regimes, and one ListOps "
-        "training step, ours vs HuggingFace, lucidrains and SDPA (interleaved rounds).",
+        "training step, ours vs HuggingFace, lucidrains and SDPA (interleaved rounds). models: whole encoders "
+        "(ours Nyström/exact vs transformers' Nystromformer, Longformer, BigBird, BERT), inference and a "
+        "training step at 512-16K tokens.",
     )
-    b.add_argument("suite", nargs="?", default="table1", choices=("table1", "core", "training"))
+    b.add_argument("suite", nargs="?", default="table1", choices=("table1", "core", "training", "models"))
     b.add_argument(
         "--lengths", type=positive_ints, help="comma-separated n (table1: 512..16384; core: 512..65536)"
     )
@@ -233,6 +242,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c.add_argument("--modes", type=_names, help="comma-separated subset of core,fwd,fwdbwd")
     c.add_argument("--landmarks", type=positive_int, help="default 64")
+    from nystrom.bench.models_commands import add_options
+
+    add_options(b)  # models: whole long-document encoders, ours vs transformers' (issue #26)
     r = b.add_argument_group("training only")
     r.add_argument(
         "--malloc",
