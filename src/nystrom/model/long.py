@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from nystrom.model.configuration_nystromformer import MODEL_TYPE, NystromformerConfig
+from nystrom.model.configuration_nystromformer import MODEL_TYPE
 from nystrom.model.interop_bert import BERT_FAMILY, from_bert, from_roberta
 from nystrom.model.interop_hf import from_hf
-from nystrom.model.modeling_heads import MODEL_CLASSES, NystromformerForMaskedLM
+from nystrom.model.modeling_heads import NystromformerForMaskedLM
 from nystrom.model.modeling_nystromformer import NystromformerPreTrainedModel
-from nystrom.model.transfer import transfer
+from nystrom.model.transfer import load_folder, transfer
 from nystrom.model.weights import CheckpointError, read_json
 
 #: the default attention of a long model: the paper's Nyström (m = 64) with a conv skip that starts at 0
@@ -79,15 +79,9 @@ def _load(folder: Path, model_type: str, attention: dict[str, Any] | None) -> Ny
         return load(folder, attention=attention or DEFAULT_LONG_ATTENTION)
     if model_type == "nystromformer":
         return from_hf(folder, attention=attention)  # None: HF's own attention regime and conv
-    config = NystromformerConfig.from_pretrained(folder)
-    arch = (config.architectures or ["NystromformerModel"])[0]
-    if arch not in MODEL_CLASSES:
-        raise CheckpointError(
-            f"{folder / 'config.json'}: architecture {arch!r} is not one of {sorted(MODEL_CLASSES)}"
-        )
-    model = MODEL_CLASSES[arch].from_pretrained(folder, config=config)
+    model = load_folder(folder)
     if attention is not None:
-        model = transfer(model, type(model), config.replace(attention=attention))
+        model = transfer(model, type(model), model.config.replace(attention=attention))
     return model
 
 

@@ -1,12 +1,26 @@
-"""Moving an encoder (and the heads both sides have) into another head class or attention variant."""
+"""Loading a folder of ours as the class that wrote it, and moving an encoder (and the heads both sides
+have) into another head class or attention variant."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from nystrom.model.configuration_nystromformer import NystromformerConfig
+from nystrom.model.modeling_heads import MODEL_CLASSES
 from nystrom.model.modeling_nystromformer import NystromformerPreTrainedModel
+from nystrom.model.weights import CheckpointError
+
+
+def load_folder(folder: str | Path) -> NystromformerPreTrainedModel:
+    """A folder written by ``save_pretrained`` as the class that wrote it (``config.architectures``)."""
+    config = NystromformerConfig.from_pretrained(folder)
+    arch = (config.architectures or ["NystromformerModel"])[0]
+    if arch not in MODEL_CLASSES:
+        raise CheckpointError(f"{folder}/config.json: architecture {arch!r} is not one of {sorted(MODEL_CLASSES)}")
+    return MODEL_CLASSES[arch].from_pretrained(folder, config=config)
 
 
 def _optional_key(key: str) -> bool:

@@ -28,6 +28,7 @@ from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer, 
 from nystrom.data.text_corpus import resolve_corpus
 from nystrom.data.text_pretrain import PretrainingDataset, collate_pretraining
 from nystrom.model import NystromformerConfig, NystromformerForPreTraining
+from nystrom.tasks.pretrain_mlm import masked_token_loss
 from nystrom.tasks.pretrain_run import PretrainRun
 from nystrom.tasks.text_models import (
     load_config,
@@ -53,12 +54,7 @@ class PreTrainingObjective(nn.Module):
         base = self.model.nystromformer
         out = base(input_ids, attention_mask, token_type_ids)  # hidden (b, L, e), pooled (b, e)
         sel = labels != -100  # (b, L)
-        logits = self.model.lm_head(out.last_hidden_state[sel])  # (k, v)
-        target = labels[sel]  # (k,)
-        token_loss = F.cross_entropy(logits.float(), target, reduction="none")  # (k,)
-        per_example = torch.zeros(len(labels), device=labels.device).index_add_(
-            0, sel.nonzero()[:, 0], token_loss
-        ) / sel.sum(1).clamp_min(1)  # (b,)
+        per_example, _, logits, target = masked_token_loss(self.model.lm_head, out.last_hidden_state, labels)
         mlm = per_example.mean()
         sop_logits = self.model.sop_head(out.pooler_output)  # (b, 2)
         sop = F.cross_entropy(sop_logits.float(), sentence_order_label)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from nystrom.model import (
-    MODEL_CLASSES,
     NystromformerConfig,
     NystromformerPreTrainedModel,
     from_bert,
@@ -19,7 +18,7 @@ from nystrom.model import (
     minilm_path,
     save_tokenizer,
 )
-from nystrom.model.transfer import transfer
+from nystrom.model.transfer import load_folder, transfer
 from nystrom.tasks.presets import PAPER_CONV_KERNEL, parse_attention  # noqa: F401 (re-exported)
 
 
@@ -30,15 +29,6 @@ def load_config(model: str) -> NystromformerConfig:
             raise FileNotFoundError(f"--model {model}: no such config file")
         return NystromformerConfig.from_json_file(model)
     return NystromformerConfig.preset(model)
-
-
-def load_folder(folder: Path) -> NystromformerPreTrainedModel:
-    """A folder written by ``save_pretrained`` as the class that wrote it (``config.architectures``)."""
-    config = NystromformerConfig.from_pretrained(folder)
-    arch = (config.architectures or ["NystromformerModel"])[0]
-    if arch not in MODEL_CLASSES:
-        raise ValueError(f"{folder}/config.json: architecture {arch!r} is not one of {sorted(MODEL_CLASSES)}")
-    return MODEL_CLASSES[arch].from_pretrained(folder, config=config)
 
 
 def save_model_folder(model: NystromformerPreTrainedModel, tokenizer: Path, folder: Path) -> None:
