@@ -79,7 +79,8 @@ def build(model: str, *, size: dict, n: int, mode: str):
 def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int, device=None):
     """A no-argument function running one inference forward or one training step of ``net``."""
     import torch
-    import torch.nn.functional as F
+
+    from nystrom.tasks.pretrain_mlm import masked_token_loss
 
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(5, vocab, (batch, n), generator=g).to(device)  # (b, n)
@@ -99,8 +100,7 @@ def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int, dev
     def step():
         if model.startswith("ours"):  # the MLM head on masked positions only (nystrom pretrain's objective)
             hidden = net.nystromformer(ids, mask).last_hidden_state  # (b, n, e)
-            sel = labels != -100
-            loss = F.cross_entropy(net.lm_head(hidden[sel]).float(), labels[sel])
+            loss = masked_token_loss(net.lm_head, hidden, labels)[0].mean()
         else:
             loss = net(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()

@@ -117,29 +117,23 @@ def to_long(
     """
     if isinstance(max_position_embeddings, bool) or not isinstance(max_position_embeddings, int):
         raise TypeError(f"max_position_embeddings must be an int, got {max_position_embeddings!r}")
-    if isinstance(source, NystromformerPreTrainedModel):
-        length = source.config.max_position_embeddings
-        where = f"the {type(source).__name__} given"
-        model = (
-            source
-            if attention is None
-            else transfer(source, type(source), source.config.replace(attention=attention))
-        )
+    given = isinstance(source, NystromformerPreTrainedModel)
+    if given:
+        length, where = source.config.max_position_embeddings, f"the {type(source).__name__} given"
     else:
-        folder = Path(source)
-        model_type, length = source_length(folder)
-        where = str(folder / "config.json")
-        if max_position_embeddings <= length:
-            raise ValueError(
-                f"max_position_embeddings ({max_position_embeddings}) must be above the source's {length}"
-                f" positions ({where}): to_long extends a model"
-            )
-        model = _load(folder, model_type, attention)
+        model_type, length = source_length(source)  # config.json only: nothing loaded before the check
+        where = str(Path(source) / "config.json")
     if max_position_embeddings <= length:
         raise ValueError(
             f"max_position_embeddings ({max_position_embeddings}) must be above the source's {length}"
             f" positions ({where}): to_long extends a model"
         )
+    if not given:
+        model = _load(Path(source), model_type, attention)
+    elif attention is not None:
+        model = transfer(source, type(source), source.config.replace(attention=attention))
+    else:
+        model = source
     if not isinstance(model, NystromformerForMaskedLM):  # the encoder alone (or another head): a new MLM head
         mlm = transfer(model, NystromformerForMaskedLM, model.config)
         fresh_mlm_head(mlm, seed=seed)
