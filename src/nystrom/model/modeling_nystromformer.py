@@ -51,9 +51,9 @@ class EncoderLayer(GradientCheckpointingLayer):
         probs = attention_matrix(self.attention, a_in, mask) if output_attentions else None
         if self.pre_norm:
             x = x + self.attention(a_in, mask=mask)  # (b, n, e)
-            return x + self.ffn(self.ffn_norm(x)), probs
-        x = self.attention_norm(x + self.attention(x, mask=mask))  # (b, n, e)
-        return self.ffn_norm(x + self.ffn(x)), probs
+        else:
+            x = self.attention_norm(x + self.attention(x, mask=mask))  # (b, n, e)
+        return self.ffn.block(x, self.ffn_norm, pre_norm=self.pre_norm), probs
 
 
 class Encoder(nn.Module):

@@ -54,11 +54,10 @@ class PreTrainingObjective(nn.Module):
         base = self.model.nystromformer
         out = base(input_ids, attention_mask, token_type_ids)  # hidden (b, L, e), pooled (b, e)
         sel = labels != -100  # (b, L)
-        per_example, _, logits, target = masked_token_loss(self.model.lm_head, out.last_hidden_state, labels)
-        mlm = per_example.mean()
+        mlm, _, predicted, target = masked_token_loss(self.model.lm_head, out.last_hidden_state, labels)
         sop_logits = self.model.sop_head(out.pooler_output)  # (b, 2)
         sop = F.cross_entropy(sop_logits.float(), sentence_order_label)
-        mlm_correct = (logits.argmax(-1) == target).sum()
+        mlm_correct = (predicted == target).sum()
         sop_correct = (sop_logits.argmax(-1) == sentence_order_label).sum()
         return mlm + sop, mlm.detach(), sop.detach(), mlm_correct, sel.sum(), sop_correct
 

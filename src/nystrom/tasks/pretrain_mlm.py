@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nystrom.data.text import TextTokenizer, build_token_cache, load_tokenizer
 from nystrom.data.text_corpus import resolve_corpus
 from nystrom.data.text_mlm import PackedMLMDataset, collate_mlm, position_buckets
+from nystrom.functional.cross_entropy import linear_cross_entropy
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
 from nystrom.model.transfer import load_folder, transfer
 from nystrom.tasks.text_models import load_source, parse_attention
@@ -38,17 +38,22 @@ def bucket_metric(name: str, lo: int, hi: int) -> str:
 
 
 def masked_token_loss(lm_head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor):
-    """The MLM head on the masked positions only (k ≈ 0.15·b·L rows instead of b·L: the vocabulary
-    projection is most of a small model's cost). ``hidden`` (b, L, e), ``labels`` (b, L) with -100 at
-    unpredicted positions -> (per-example mean loss (b,), token losses (k,), logits (k, v), targets (k,))."""
+    """The MLM loss with the head run on the masked positions only (k ≈ 0.15·b·L rows instead of b·L: the
+    vocabulary projection is most of a small model's cost), its decoder and cross-entropy fused block by
+    block (:func:`~nystrom.functional.cross_entropy.linear_cross_entropy`: no (k, v) logits are held).
+
+    ``hidden`` (b, L, e), ``labels`` (b, L) with -100 at unpredicted positions -> ``(loss, token losses
+    (k,), predicted ids (k,), targets (k,))``; ``loss`` is the mean over the b examples of each example's
+    mean token loss (an example without masked tokens adds 0), the other three are detached."""
     sel = labels != -100  # (b, L)
-    logits = lm_head(hidden[sel])  # (k, v)
     target = labels[sel]  # (k,)
-    token_loss = F.cross_entropy(logits.float(), target, reduction="none")  # (k,)
-    per_example = torch.zeros(len(labels), device=labels.device).index_add_(
-        0, sel.nonzero()[:, 0], token_loss
-    ) / sel.sum(1).clamp_min(1)  # (b,)
-    return per_example, token_loss, logits, target
+    per_example = sel.sum(1, keepdim=True).clamp_min(1)  # (b, 1) masked tokens of each example
+    row_weight = (1.0 / (per_example * len(labels)).float()).expand_as(labels)[sel]  # (k,)
+    x = lm_head.transform(hidden[sel])  # (k, e)
+    loss, token_loss, predicted = linear_cross_entropy(
+        x, lm_head.decoder.weight, lm_head.decoder.bias, target, row_weight
+    )
+    return loss, token_loss, predicted, target
 
 
 class MaskedLMObjective(nn.Module):
@@ -69,14 +74,14 @@ class MaskedLMObjective(nn.Module):
     def forward(self, input_ids, attention_mask, labels, positions):
         out = self.model.nystromformer(input_ids, attention_mask)  # hidden (b, L, e)
         sel = labels != -100  # (b, L)
-        per_example, token_loss, logits, target = masked_token_loss(self.model.lm_head, out.last_hidden_state, labels)
-        correct = (logits.argmax(-1) == target).float()  # (k,)
+        loss, token_loss, predicted, target = masked_token_loss(self.model.lm_head, out.last_hidden_state, labels)
+        correct = (predicted == target).float()  # (k,)
         bucket = torch.bucketize(positions[sel], self.inner_edges, right=True)  # (k,) in [0, B)
         zeros = torch.zeros(self.num_buckets, device=labels.device)
         return (
-            per_example.mean(), token_loss.detach().sum(), correct.sum(), sel.sum(),
+            loss, token_loss.sum(), correct.sum(), sel.sum(),
             zeros.index_add(0, bucket, correct), zeros.index_add(0, bucket, torch.ones_like(correct)),
-            zeros.index_add(0, bucket, token_loss.detach()),
+            zeros.index_add(0, bucket, token_loss),
         )  # fmt: skip
 
 

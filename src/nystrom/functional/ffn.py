@@ -1,0 +1,129 @@
+"""The transformer feed-forward ``act(x W₁ᵀ + b₁) W₂ᵀ + b₂`` for training, with a blocked backward.
+
+Legend: r rows (batch · tokens), e model width, f FFN width (4e), c rows per block.
+
+Autograd's version keeps two (r, f) tensors per layer for the backward, the pre-activation (for the
+activation's derivative) and the activation (for ∂W₂), and its backward writes two more (r, f)
+gradients: the largest tensors of a long-input step, each a fresh allocation that page-faults (glibc maps
+blocks of ≥ 32 MiB anew) and a full pass through memory. Here only x and the pre-activation are kept; the
+forward forms the activation block by block, and the backward walks the rows in blocks of c, recomputing
+the block's activation (one activation pass more) while its (c, f) tensors stay in cache:
+∂W₂ += ∂yᵀ·a, ∂a = ∂y·W₂, ∂h = ∂a ⊙ act′(h), ∂W₁ += ∂hᵀ·x, ∂x = ∂h·W₁. Same GEMMs; per layer one
+(r, f) tensor fewer saved and none of the backward's.
+
+Under autocast the products run in its dtype (bfloat16/float16), as autograd's would after autocast's
+casts; weight and bias gradients are summed over blocks in float32 and returned in the parameters' dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nystrom.functional.amp import autocast_enabled, autocast_off
+
+#: bytes of (c, f) activations per block
+BLOCK_BYTES = 8 << 20
+ACTIVATIONS = ("gelu", "gelu_new", "relu")
+
+
+def _act(name: str, h: torch.Tensor) -> torch.Tensor:
+    if name == "relu":
+        return F.relu(h)
+    return F.gelu(h, approximate="tanh" if name == "gelu_new" else "none")
+
+
+def _act_backward(name: str, grad: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    if name == "relu":
+        return grad.masked_fill_(h <= 0, 0)
+    return torch.ops.aten.gelu_backward(grad, h, approximate="tanh" if name == "gelu_new" else "none")
+
+
+def _blocks(rows: int, f: int, itemsize: int) -> list[slice]:
+    step = max(1, BLOCK_BYTES // (f * itemsize))
+    return [slice(s, min(rows, s + step)) for s in range(0, rows, step)]
+
+
+class _FeedForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w1, b1, w2, b2, act, dtype):
+        shape = x.shape
+        xc = x.reshape(-1, shape[-1]).to(dtype)  # (r, e)
+        w1c, w2c = w1.to(dtype), w2.to(dtype)
+        h = F.linear(xc, w1c, None if b1 is None else b1.to(dtype))  # (r, f): kept for the backward
+        y = xc.new_empty(xc.shape[0], w2.shape[0])  # (r, e)
+        b2c = None if b2 is None else b2.to(dtype)
+        for rows in _blocks(h.shape[0], h.shape[1], h.element_size()):
+            y[rows] = F.linear(_act(act, h[rows]), w2c, b2c)  # (c, e)
+        ctx.save_for_backward(xc, h, w1c, w2c)
+        ctx.act, ctx.shape = act, shape
+        ctx.dtypes = (x.dtype, w1.dtype, None if b1 is None else b1.dtype, w2.dtype, None if b2 is None else b2.dtype)
+        return y.view(*shape[:-1], w2.shape[0])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dy):
+        xc, h, w1c, w2c = ctx.saved_tensors
+        tx, tw1, tb1, tw2, tb2 = ctx.dtypes
+        need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
+        acc = torch.promote_types(h.dtype, torch.float32)
+        dy = dy.reshape(-1, dy.shape[-1]).to(h.dtype)  # (r, e)
+        dx = torch.empty_like(xc) if need_x else None
+        dw1 = torch.zeros(w1c.shape, dtype=acc, device=h.device) if need_w1 else None  # (f, e)
+        dw2 = torch.zeros(w2c.shape, dtype=acc, device=h.device) if need_w2 else None  # (e, f)
+        db1 = torch.zeros(h.shape[1], dtype=acc, device=h.device) if need_b1 and tb1 is not None else None
+        db2 = torch.zeros(dy.shape[1], dtype=acc, device=h.device) if need_b2 and tb2 is not None else None
+        for rows in _blocks(h.shape[0], h.shape[1], h.element_size()):
+            hb, gy = h[rows], dy[rows]  # (c, f), (c, e)
+            if dw2 is not None:
+                _add_product(dw2, gy.mT, _act(ctx.act, hb))  # ∂W₂ += ∂yᵀ·a
+            if db2 is not None:
+                db2.add_(gy.sum(0))
+            gh = _act_backward(ctx.act, gy @ w2c, hb)  # (c, f) ∂h = (∂y·W₂) ⊙ act′(h)
+            if dw1 is not None:
+                _add_product(dw1, gh.mT, xc[rows])  # ∂W₁ += ∂hᵀ·x
+            if db1 is not None:
+                db1.add_(gh.sum(0))
+            if dx is not None:
+                torch.mm(gh, w1c, out=dx[rows])  # (c, e)
+        cast = lambda t, dt: None if t is None else t.to(dt)  # noqa: E731
+        dx = None if dx is None else dx.view(ctx.shape).to(tx)
+        return dx, cast(dw1, tw1), cast(db1, tb1), cast(dw2, tw2), cast(db2, tb2), None, None
+
+
+def _add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """``out += a @ b`` with ``out`` the float32 (or float64) sum and a, b maybe half precision."""
+    if a.dtype == out.dtype:
+        out.addmm_(a, b)
+    else:
+        out.add_(a @ b)
+
+
+def feed_forward(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    b1: torch.Tensor | None,
+    w2: torch.Tensor,
+    b2: torch.Tensor | None,
+    *,
+    activation: str = "gelu",
+) -> torch.Tensor:
+    """``F.linear(act(F.linear(x, w1, b1)), w2, b2)`` with the memory-lean blocked backward above.
+
+    Args:
+        x: (..., e). w1: (f, e), b1: (f,) or None; w2: (e, f), b2: (e,) or None.
+        activation: ``"gelu"`` (erf), ``"gelu_new"`` (tanh approximation) or ``"relu"``.
+
+    Returns:
+        (..., e), in autocast's dtype under autocast, else x's.
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if x.shape[-1] != w1.shape[1] or w2.shape[1] != w1.shape[0]:
+        raise ValueError(
+            f"shapes do not chain: x (..., {x.shape[-1]}), w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)}"
+        )
+    device = x.device.type
+    dtype = torch.get_autocast_dtype(device) if autocast_enabled(device) else x.dtype
+    with autocast_off(device):
+        return _FeedForward.apply(x, w1, b1, w2, b2, activation, dtype)
