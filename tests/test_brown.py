@@ -101,3 +101,36 @@ def test_fuzz_any_text_parses_or_raises_data_file_error(text):
     for words in sentences:
         assert words and all(isinstance(w, str) and w for w in words)
         assert isinstance(detokenize(words), str)
+
+
+def test_genre_tables_split_stratified_and_read_back(tmp_path, capsys):
+    from nystrom.data.brown_genres import GENRES, split_of
+    from nystrom.data.tables import read_table
+
+    src = tmp_path / "src"
+    src.mkdir()
+    # 12 press-reportage files (ca01..ca12), 2 learned (cj01, cj02), 1 humour (cr01)
+    names = [f"ca{i:02d}" for i in range(1, 13)] + ["cj01", "cj02", "cr01"]
+    for name in names:
+        (src / name).write_text(f"\tThe/at {name}/np text/nn ./.\n")
+    assert cli_main(["data", "brown", str(tmp_path / "out"), "--source", str(src), "--no-count", "--genres"]) == 0
+    assert "genre tables" in capsys.readouterr().out
+    tables = {s: read_table(tmp_path / "out" / "genres" / f"{s}.csv").rows for s in ("train", "validation", "test")}
+    files = {s: [r["file"] for r in rows] for s, rows in tables.items()}
+    # within genre a: indices 4 and 9 are test, 1 and 11 validation; cj02 (index 1) validation
+    assert files["test"] == ["ca05", "ca10"]
+    assert files["validation"] == ["ca02", "ca12", "cj02"]
+    assert files["train"] == [n for n in names if n not in files["test"] + files["validation"]]
+    row = tables["train"][-1]
+    assert (row["file"], row["genre"], row["label"], row["text"]) == ("cr01", "r", "fiction", "The cr01 text.")
+    assert [split_of(i) for i in range(12)] == ["train", "validation", "train", "train", "test", "train", "train", "train", "train", "test", "train", "validation"]  # fmt: skip
+    assert {label for _, label in GENRES.values()} == {"press", "nonfiction", "learned", "fiction"}
+    assert len(GENRES) == 15
+
+
+def test_genre_tables_refuse_an_unknown_genre_letter(tmp_path):
+    from nystrom.data.brown_genres import genre_rows
+
+    (tmp_path / "ci01").write_text("The/at end/nn ./.\n")
+    with pytest.raises(ValueError, match="genre letter 'i' is not one of Brown's"):
+        genre_rows(tmp_path)
