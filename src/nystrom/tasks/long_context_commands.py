@@ -21,6 +21,14 @@ def cmd_long_context(args) -> int:
             print(f"{name:>13}: {v['steps']}/{v['target_steps']} steps, dev MLM accuracy {v['initial_mlm_acc']:.4f}"
                   f" -> {v['final_mlm_acc']:.4f}")  # fmt: skip
     print(f"results: {run.out / 'results.json'}, {run.out / 'results.md'}, {run.out / 'curves.png'}")
+    if args.genres is not None:
+        from nystrom.tasks.long_context_genre import genre_report, train_genre
+
+        seeds = tuple(args.genre_seeds)
+        if not args.report_only:
+            train_genre(run.out, args.genres, seeds=seeds)
+        genre_report(run.out, args.genres, seeds=seeds)
+        print((run.out / "genre" / "results.md").read_text())
     return 0
 
 
@@ -28,7 +36,7 @@ def register(sub) -> None:
     """``nystrom pretrain long-context`` under the ``pretrain`` command's sub-parsers."""
     import argparse
 
-    from nystrom.argtypes import output_dir, positive_int
+    from nystrom.argtypes import existing_dir, output_dir, positive_int
     from nystrom.tasks import long_context
     from nystrom.tasks.text_options import corpus
 
@@ -42,6 +50,12 @@ def register(sub) -> None:
     c.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(ORDER), help="default: all three")
     c.add_argument("--steps", type=positive_int, default=d.steps, help=f"optimiser steps (default {d.steps})")
     c.add_argument("--seed", type=int, default=d.seed, help="head, example order, masks (default 0)")
+    c.add_argument(
+        "--genres", type=existing_dir, metavar="DIR",
+        help="then fine-tune Brown genre classification on DIR's tables (`nystrom data brown OUT --genres`"
+        " writes OUT/genres): whole documents with nystrom-4096 vs the first 512 tokens with window-512",
+    )  # fmt: skip
+    c.add_argument("--genre-seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds (default 0)")
     c.add_argument("--report-only", action="store_true", help="train nothing: rewrite results and figure")
     c.add_argument("--no-probes", action="store_true", help="keep the step-time/memory probes already in results.json")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
