@@ -38,6 +38,7 @@ def test_driver_writes_table_with_ratios(tmp_path):
     assert ours["x_floor"] > 0 and ours["tokens_per_s"] == pytest.approx(128 / ours["median_s"])
     md = (tmp_path / "bench_models.md").read_text()
     assert "| 128 | 1 | ours-nystrom |" in md and json.loads((tmp_path / "bench_models.json").read_text())["rows"]
+    assert (tmp_path / "bench_models.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_ratios_and_floor_by_hand():

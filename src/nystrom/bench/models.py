@@ -4,7 +4,8 @@ Legend: b batch, n tokens, e hidden size, v vocabulary.
 
 Every model has the same encoder size (``minilm``: 6 layers, e = 384, 12 heads, FFN 1536, v = 30522;
 ``base``: 12 × 768) and random weights. Ours: :class:`NystromformerModel` with Nyström m = 64 (conv skip,
-kernel 65, as in the paper) and with exact softmax (fused SDPA). transformers': ``NystromformerModel`` (same
+kernel 65, as in the paper), the same with ``recompute=True`` (q/k/v recomputed in the backward: leaner
+training) and with exact softmax (fused SDPA). transformers': ``NystromformerModel`` (same
 m, ``segment_means_seq_len`` = n), ``LongformerModel`` (window 512), ``BigBirdModel`` (block sparse, block
 64, 3 random blocks) and ``BertModel`` (SDPA). Two modes: inference (``torch.inference_mode``, the bare
 encoder) and one training step (MLM loss on 15 % of the positions, backward, AdamW step; each model's
@@ -23,7 +24,7 @@ import statistics
 import sys
 import time
 
-MODELS = ("ours-nystrom", "ours-softmax", "hf-nystromformer", "hf-longformer", "hf-bigbird", "hf-bert")
+MODELS = ("ours-nystrom", "ours-nystrom-recompute", "ours-softmax", "hf-nystromformer", "hf-longformer", "hf-bigbird", "hf-bert")
 SIZES = {
     "minilm": {"layers": 6, "hidden": 384, "heads": 12, "ffn": 1536, "vocab": 30522},
     "base": {"layers": 12, "hidden": 768, "heads": 12, "ffn": 3072, "vocab": 30522},
@@ -45,11 +46,10 @@ def build(model: str, *, size: dict, n: int, mode: str):
     if model.startswith("ours"):
         from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, NystromformerModel
 
-        attention = (
-            {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65}
-            if model == "ours-nystrom"
-            else {"name": "softmax"}
-        )
+        attention = {"name": "softmax"}
+        if model.startswith("ours-nystrom"):  # -recompute: q/k/v recomputed in the backward (leaner training)
+            attention = {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65,
+                         "recompute": model.endswith("-recompute")}  # fmt: skip
         cfg = NystromformerConfig(
             vocab_size=size["vocab"], hidden_size=size["hidden"], num_hidden_layers=size["layers"],
             num_attention_heads=size["heads"], intermediate_size=size["ffn"], max_position_embeddings=n,

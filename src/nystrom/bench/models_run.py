@@ -93,7 +93,46 @@ def run(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out_dir / f"{name}.md").write_text(render(report))
+    plot(report, out_dir / f"{name}.png")
     return report
+
+
+def plot(report: dict, png: Path) -> Path:
+    """Seconds and peak MB against n (log-log), inference and training step, one line per model, the
+    smallest batch; a failed case ends its model's line (its error is in the table)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    batch = min(r["batch"] for r in rows)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
+    for col, mode in enumerate(MODES):
+        for model in MODELS:
+            pts = sorted((r["n"], r) for r in rows if (r["mode"], r["model"], r["batch"]) == (mode, model, batch)
+                         and "median_s" in r)  # fmt: skip
+            if not pts:
+                continue
+            style = {"lw": 2.5, "marker": "o"} if model.startswith("ours") else {"lw": 1.2, "marker": "s", "ls": "--"}
+            ns = [n for n, _ in pts]
+            axes[0, col].plot(ns, [r["median_s"] for _, r in pts], label=model, **style)
+            axes[1, col].plot(ns, [r["peak_mb"] for _, r in pts], label=model, **style)
+        axes[0, col].set_title(f"{mode}, batch {batch}")
+        axes[0, col].set_ylabel("seconds (median)")
+        axes[1, col].set_ylabel("peak MB above the start")
+        axes[1, col].set_xlabel("tokens n")
+        for ax in axes[:, col]:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"Whole models, {report['size']} size, {report['dtype']} on {report.get('device', 'cpu')} "
+                 f"({report['machine']['cpu']}, {report['machine']['threads']} threads)", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png
 
 
 def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
@@ -110,9 +149,9 @@ def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
             r["vs_fastest_other"] = {"model": best["model"], "speedup": best["median_s"] / r["median_s"],
                                      "memory": r["peak_mb"] / best["peak_mb"]}  # fmt: skip
         exact = by.get((*key, "ours-softmax"), {})
-        if r["model"] == "ours-nystrom" and "median_s" in exact:
+        if r["model"].startswith("ours-nystrom") and "median_s" in exact:
             r["vs_ours_exact"] = {"speedup": exact["median_s"] / r["median_s"], "memory": r["peak_mb"] / exact["peak_mb"]}
-        if r["model"] == "ours-nystrom":
+        if r["model"].startswith("ours-nystrom"):
             floor = floor_flops(size, n=r["n"], batch=r["batch"], mode=r["mode"]) / (rates[r["n"]] * 1e9)
             r["floor_s"], r["x_floor"] = floor, r["median_s"] / floor
 
