@@ -85,9 +85,10 @@ def summarise(run: LongContextRun, variant: str) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ probes
-def probe(run: LongContextRun, variant: str, *, steps: int = 3) -> dict:
+def probe(run: LongContextRun, variant: str, *, steps: int = 3, recompute: bool = False) -> dict:
     """Training-step time and peak memory of ``variant`` at its batch, in this (fresh) process: random
-    tokens, 15 % of positions predicted, AdamW, under the run's precision."""
+    tokens, 15 % of positions predicted, AdamW, under the run's precision. ``recompute`` switches every
+    attention layer to ``recompute=True`` (q/k/v rebuilt in the backward; Nyström and softmax only)."""
     import torch
 
     from nystrom.model import NystromformerForMaskedLM
@@ -96,6 +97,8 @@ def probe(run: LongContextRun, variant: str, *, steps: int = 3) -> dict:
 
     torch.manual_seed(0)
     model = NystromformerForMaskedLM.from_pretrained(run.model_dir(variant)).train()
+    for layer in model.nystromformer.encoder.layers:
+        layer.attention.recompute = recompute
     length = run.length(variant)
     b = run.tokens_per_step // length
     obj = MaskedLMObjective(model, edges=(0, length))
@@ -115,17 +118,18 @@ def probe(run: LongContextRun, variant: str, *, steps: int = 3) -> dict:
         times.append(time.perf_counter() - t)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     return {"step_s": times, "median_step_s": statistics.median(times[1:] or times), "peak_mem_mb": peak,
-            "batch_size": b, "length": length}  # fmt: skip
+            "batch_size": b, "length": length, "recompute": recompute}  # fmt: skip
 
 
-def probe_in_child(run: LongContextRun, variant: str) -> dict:
+def probe_in_child(run: LongContextRun, variant: str, *, recompute: bool = False) -> dict:
     """:func:`probe` in a new interpreter, so that its peak memory is the variant's alone."""
     code = (
         "import json, sys; from nystrom.tasks.long_context import LongContextRun;"
         "from nystrom.tasks.long_context_report import probe;"
-        "print(json.dumps(probe(LongContextRun.from_record(json.loads(sys.argv[1])), sys.argv[2])))"
+        "print(json.dumps(probe(LongContextRun.from_record(json.loads(sys.argv[1])), sys.argv[2],"
+        " recompute=sys.argv[3] == '1')))"
     )
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(record(run)), variant],
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(record(run)), variant, "1" if recompute else "0"],
                           check=True, capture_output=True, text=True)  # fmt: skip
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -228,6 +232,11 @@ def table(report: dict) -> str:
                  f"{v['final_mlm_loss']:.3f}", f"{v['median_step_s']:.1f}" if v.get("median_step_s") else "-",
                  f"{pr['median_step_s']:.1f}" if pr else "-", f"{pr['peak_mem_mb']:.0f}" if pr else "-"]  # fmt: skip
         rows.append("| " + " | ".join(cells) + " |")
+        lean = v.get("probe_recompute")
+        if lean:
+            blank = [""] * (len(head) - 4)
+            rows.append("| " + " | ".join([f"{name}, recompute=True", *blank, "-", f"{lean['median_step_s']:.1f}",
+                                           f"{lean['peak_mem_mb']:.0f}"]) + " |")  # fmt: skip
     return "\n".join(rows) + "\n"
 
 
@@ -242,6 +251,9 @@ def write_report(run: LongContextRun, *, probes: bool = True, with_fidelity: boo
         if v:
             kept = (old.get("variants", {}).get(variant) or {}).get("probe")
             v["probe"] = probe_in_child(run, variant) if probes else kept
+            if VARIANTS[variant][0] is not None and VARIANTS[variant][0]["name"] == "nystrom":
+                kept = (old.get("variants", {}).get(variant) or {}).get("probe_recompute")
+                v["probe_recompute"] = probe_in_child(run, variant, recompute=True) if probes else kept
             v["peak_mem_mb"] = v["probe"]["peak_mem_mb"] if v["probe"] else None
         report["variants"][variant] = v
     if with_fidelity:
