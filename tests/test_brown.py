@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,16 @@ def test_genre_tables_refuse_an_unknown_genre_letter(tmp_path):
     (tmp_path / "ci01").write_text("The/at end/nn ./.\n")
     with pytest.raises(ValueError, match="genre letter 'i' is not one of Brown's"):
         genre_rows(tmp_path)
+
+
+def test_converting_again_leaves_an_unchanged_corpus_untouched(tmp_path):
+    """Regression: running `nystrom data brown` again (e.g. to add --genres) rewrote brown.txt, and its new
+    mtime invalidated every token cache built from it."""
+    out = tmp_path / "out"
+    assert cli_main(["data", "brown", str(out), "--source", str(FIXTURE), "--no-count"]) == 0
+    os.utime(out / "brown.txt", ns=(1_000_000_000, 1_000_000_000))
+    assert cli_main(["data", "brown", str(out), "--source", str(FIXTURE), "--no-count", "--genres"]) == 0
+    assert (out / "brown.txt").stat().st_mtime_ns == 1_000_000_000
+    (out / "brown.txt").write_text("stale\n")
+    assert cli_main(["data", "brown", str(out), "--source", str(FIXTURE), "--no-count"]) == 0
+    assert (out / "brown.txt").read_text() == EXPECTED

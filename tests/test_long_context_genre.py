@@ -57,7 +57,7 @@ def test_report_on_fake_runs(tmp_path):
     assert n["recall_by_label"] == {"fiction": 1.0, "learned": 1.0, "press": 1.0}
     assert w["recall_by_label"]["fiction"] == 0.5
     vs = n["vs_window_512"]
-    assert (vs["only_this_right"], vs["only_window_512_right"], vs["accuracy_difference"]) == (2, 0, 0.5)
+    assert (vs["only_this_right"], vs["only_other_right"], vs["accuracy_difference"]) == (2, 0, 0.5)
     assert vs["mcnemar_p"] == pytest.approx(0.5)
     assert report["majority_accuracy"] == 0.5 and "nystrom-4096-first512-seed0" not in report["runs"]
     assert "| nystrom-4096-seed0 | 4096 | 100.0 %" in (tmp_path / "genre" / "results.md").read_text()

@@ -152,9 +152,12 @@ def write_brown_corpus(
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / "brown.txt"
     text = "\n\n".join("\n".join(doc) for doc in lines) + "\n"
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    # An unchanged corpus is left as it is: token caches are keyed by the file's size and mtime, so a
+    # rewrite (e.g. running again to add --genres) would invalidate every cache built from it.
+    if not (target.is_file() and target.read_bytes() == text.encode("utf-8")):
+        tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, target)
     info = {
         "corpus": "brown",
         "source": str(Path(source).resolve()),
