@@ -102,3 +102,19 @@ def test_masked_token_loss_is_the_mean_of_per_example_means():
     assert torch.equal(predicted, logits[labels != -100].argmax(-1))
     g = torch.autograd.grad(loss, hidden)[0]
     torch.testing.assert_close(g, torch.autograd.grad(want, hidden)[0], rtol=1e-4, atol=1e-6)
+
+
+def test_float16_gradients_do_not_underflow_before_loss_scaling():
+    """In float16 the gradient products run in float32: a tiny row weight (1/(batch · masked tokens)) times
+    a probability would underflow float16 before GradScaler's scale could help."""
+    torch.manual_seed(4)
+    x = torch.randn(6, 8, dtype=torch.float16, requires_grad=True)
+    w = torch.randn(30, 8, dtype=torch.float16, requires_grad=True)
+    t, rw = torch.randint(0, 30, (6,)), torch.full((6,), 1e-6, dtype=torch.float32)
+    loss, _, _ = linear_cross_entropy(x, w, None, t, rw)
+    (loss * 65536.0).backward()
+    ref_x, ref_w = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    (_reference(ref_x, ref_w, None, t, rw)[0] * 65536.0).backward()
+    assert x.grad.dtype == torch.float16 and bool((x.grad != 0).any())
+    torch.testing.assert_close(x.grad.float(), ref_x.grad, rtol=2e-2, atol=1e-4)
+    torch.testing.assert_close(w.grad.float(), ref_w.grad, rtol=2e-2, atol=1e-4)

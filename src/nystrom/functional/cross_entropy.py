@@ -42,7 +42,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
         c = max(1, BLOCK_BYTES // (acc.itemsize * v))
         losses = torch.empty(k, dtype=acc, device=x.device)
         preds = torch.empty(k, dtype=torch.long, device=x.device)
-        dx = torch.empty_like(xc) if grads[0] else None  # (k, e)
+        # The gradient products run before any loss scaling (GradScaler multiplies in the backward), so
+        # in float16 small gradients would underflow: they run in float32 there; bfloat16 has float32's range.
+        gdt = acc if dtype == torch.float16 else dtype
+        xg, wg = (xc, wc) if gdt == dtype else (x.to(gdt), weight.to(gdt))
+        dx = torch.empty(x.shape, dtype=gdt, device=x.device) if grads[0] else None  # (k, e)
         dw = torch.zeros(weight.shape, dtype=acc, device=x.device) if grads[1] else None  # (v, e)
         db = torch.zeros(v, dtype=acc, device=x.device) if grads[2] and bias is not None else None
         for s in range(0, k, c):
@@ -59,13 +63,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
             g.mul_(row_weight[rows, None])  # ∂loss/∂logits
             if db is not None:
                 db.add_(g.sum(0))
-            gc = g.to(dtype)
+            gc = g.to(gdt)
             if dx is not None:
-                torch.mm(gc, wc, out=dx[rows])  # (c, e)
-            if dw is not None and dtype == acc:
-                dw.addmm_(gc.mT, xc[rows])  # (v, e)
-            elif dw is not None:  # a half-precision product per block, summed in float32
-                dw.add_(gc.mT @ xc[rows])  # (v, e)
+                dx[rows] = gc @ wg  # (c, e)
+            if dw is not None and gdt == acc:
+                dw.addmm_(gc.mT, xg[rows])  # (v, e)
+            elif dw is not None:  # a bfloat16 product per block, summed in float32
+                dw.add_(gc.mT @ xg[rows])  # (v, e)
         ctx.save_for_backward(dx, dw, db)
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.mark_non_differentiable(losses, preds)
