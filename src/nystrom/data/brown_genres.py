@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections import Counter
 from pathlib import Path
 
 from nystrom.data.brown import detokenize, read_brown_documents
@@ -85,8 +86,6 @@ def write_brown_genres(source: str | os.PathLike[str], out_dir: str | os.PathLik
             writer.writeheader()
             writer.writerows(rows)
         os.replace(tmp, target)
-        counts: dict[str, int] = {}
-        for row in rows:
-            counts[row["label"]] = counts.get(row["label"], 0) + 1
+        counts = Counter(row["label"] for row in rows)
         summary[split] = {"documents": len(rows), "labels": dict(sorted(counts.items()))}
     return summary

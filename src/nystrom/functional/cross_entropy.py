@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from nystrom.functional.amp import autocast_enabled, autocast_off
 from nystrom.functional.checks import value_checks_enabled
+from nystrom.functional.kernels_backward import range_chunks
 
 #: logits per block, c · v float32 values (16 MiB): under glibc's 32 MiB mmap ceiling, so the block buffers
 #: are reused from the heap instead of page-faulting in each block
@@ -38,8 +39,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grads = ctx.needs_input_grad[:3]
         xc, wc = x.to(dtype), weight.to(dtype)  # the compute dtype (autocast's, or the inputs')
         bc = None if bias is None else bias.to(dtype)
-        acc = torch.promote_types(dtype, torch.float32)  # softmax and sums: float32, float64 stays
-        c = max(1, BLOCK_BYTES // (acc.itemsize * v))
+        acc = row_weight.dtype  # softmax and sums: float32 (float64 stays), chosen by the caller
         losses = torch.empty(k, dtype=acc, device=x.device)
         preds = torch.empty(k, dtype=torch.long, device=x.device)
         # The gradient products run before any loss scaling (GradScaler multiplies in the backward), so
@@ -49,8 +49,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         dx = torch.empty(x.shape, dtype=gdt, device=x.device) if grads[0] else None  # (k, e)
         dw = torch.zeros(weight.shape, dtype=acc, device=x.device) if grads[1] else None  # (v, e)
         db = torch.zeros(v, dtype=acc, device=x.device) if grads[2] and bias is not None else None
-        for s in range(0, k, c):
-            rows = slice(s, min(k, s + c))
+        for rows in range_chunks(0, k, k, max(1, BLOCK_BYTES // (acc.itemsize * v))):
             t = target[rows]  # (c,)
             logits = F.linear(xc[rows], wc, bc).to(acc)  # (c, v)
             lse = torch.logsumexp(logits, -1)  # (c,)
@@ -116,5 +115,5 @@ def linear_cross_entropy(
     device = x.device.type
     dtype = torch.get_autocast_dtype(device) if autocast_enabled(device) else x.dtype
     with autocast_off(device):
-        acc = torch.promote_types(dtype, torch.float32)
+        acc = torch.promote_types(dtype, torch.float32)  # the loss's dtype, carried by the row weights
         return _LinearCrossEntropy.apply(x, weight, bias, target.long(), row_weight.detach().to(acc), dtype)

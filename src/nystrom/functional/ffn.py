@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.functional.amp import autocast_enabled, autocast_off
+from nystrom.functional.kernels_backward import range_chunks
 
 #: bytes of (c, f) activations per block
 BLOCK_BYTES = 8 << 20
@@ -39,9 +40,9 @@ def _act_backward(name: str, grad: torch.Tensor, h: torch.Tensor) -> torch.Tenso
     return torch.ops.aten.gelu_backward(grad, h, approximate="tanh" if name == "gelu_new" else "none")
 
 
-def _blocks(rows: int, f: int, itemsize: int) -> list[slice]:
-    step = max(1, BLOCK_BYTES // (f * itemsize))
-    return [slice(s, min(rows, s + step)) for s in range(0, rows, step)]
+def _blocks(h: torch.Tensor):
+    """Row slices of the (r, f) pre-activation ``h``, :data:`BLOCK_BYTES` of it each."""
+    return range_chunks(0, h.shape[0], h.shape[0], max(1, BLOCK_BYTES // (h.shape[1] * h.element_size())))
 
 
 class _FeedForward(torch.autograd.Function):
@@ -53,7 +54,7 @@ class _FeedForward(torch.autograd.Function):
         h = F.linear(xc, w1c, None if b1 is None else b1.to(dtype))  # (r, f): kept for the backward
         y = xc.new_empty(xc.shape[0], w2.shape[0])  # (r, e)
         b2c = None if b2 is None else b2.to(dtype)
-        for rows in _blocks(h.shape[0], h.shape[1], h.element_size()):
+        for rows in _blocks(h):
             y[rows] = F.linear(_act(act, h[rows]), w2c, b2c)  # (c, e)
         ctx.save_for_backward(xc, h, w1c, w2c)
         ctx.act, ctx.shape = act, shape
@@ -73,7 +74,7 @@ class _FeedForward(torch.autograd.Function):
         dw2 = torch.zeros(w2c.shape, dtype=acc, device=h.device) if need_w2 else None  # (e, f)
         db1 = torch.zeros(h.shape[1], dtype=acc, device=h.device) if need_b1 and tb1 is not None else None
         db2 = torch.zeros(dy.shape[1], dtype=acc, device=h.device) if need_b2 and tb2 is not None else None
-        for rows in _blocks(h.shape[0], h.shape[1], h.element_size()):
+        for rows in _blocks(h):
             hb, gy = h[rows], dy[rows]  # (c, f), (c, e)
             if dw2 is not None:
                 _add_product(dw2, gy.mT, _act(ctx.act, hb))  # ∂W₂ += ∂yᵀ·a

@@ -16,6 +16,7 @@ from nystrom.functional.attention import nystrom_factors
 from nystrom.functional.checks import value_checks_enabled
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.ffn import feed_forward
+from nystrom.functional.kernels_backward import range_chunks
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 
 #: bytes of (rows, f) FFN activations per block in inference (see :meth:`FeedForward.block`)
@@ -155,16 +156,16 @@ class FeedForward(nn.Module):
         buffers are reused instead of fresh pages (glibc maps every block of ≥ 32 MiB anew and
         page-faults it: at n = 16384 the FFN's (n, f) bias copy and GELU measured 2–3× slower than the
         same work in blocks). Same values as the unblocked path (row-wise maths)."""
+        def sublayer(t: torch.Tensor) -> torch.Tensor:
+            return t + self(norm(t)) if pre_norm else norm(t + self(t))
+
         if torch.is_grad_enabled() or torch.compiler.is_compiling():
-            if pre_norm:
-                return x + self(norm(x))
-            return norm(x + self(x))
+            return sublayer(x)
         rows = x.reshape(-1, x.shape[-1])  # (b·n, e)
         out = torch.empty_like(rows)
         step = max(1, FFN_BLOCK_BYTES // (self.dense_in.out_features * rows.element_size()))
-        for s in range(0, rows.shape[0], step):
-            r = rows[s : s + step]  # (c, e)
-            out[s : s + step] = r + self(norm(r)) if pre_norm else norm(r + self(r))
+        for block in range_chunks(0, rows.shape[0], rows.shape[0], step):
+            out[block] = sublayer(rows[block])  # (c, e)
         return out.view(x.shape)
 
 

@@ -33,7 +33,7 @@ GENRE_RUNS: dict[str, tuple[str, int]] = {
     "nystrom-4096": ("nystrom-4096", 4096),
     "nystrom-4096-first512": ("nystrom-4096", 512),
 }
-BATCH, LR, EPOCHS = 8, 5e-5, 3
+BATCH, LR, EPOCHS, PRECISION = 8, 5e-5, 3, "bf16"
 BASELINE = "window-512"
 
 
@@ -41,14 +41,14 @@ def run_dir(out: Path, name: str, seed: int) -> Path:
     return out / "genre" / f"{name}-seed{seed}"
 
 
-def finetune_args(out: Path, genres: Path, name: str, seed: int, *, precision: str = "bf16") -> list[str]:
+def finetune_args(out: Path, genres: Path, name: str, seed: int) -> list[str]:
     """The ``nystrom finetune`` arguments of one run."""
     variant, length = GENRE_RUNS[name]
     return [
         "finetune", "--init-from", str(out / variant), "--max-length", str(length), "--seed", str(seed),
         "--train-file", str(genres / "train.csv"), "--validation-file", str(genres / "validation.csv"),
         "--test-file", str(genres / "test.csv"), "--batch-size", str(BATCH), "--lr", str(LR),
-        "--epochs", str(EPOCHS), "--precision", precision, "--device", "cpu", "--no-progress",
+        "--epochs", str(EPOCHS), "--precision", PRECISION, "--device", "cpu", "--no-progress",
         "--out", str(run_dir(out, name, seed)),
     ]  # fmt: skip
 
@@ -148,7 +148,7 @@ def genre_report(out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,)) -> d
             }  # fmt: skip
     counts = {c: labels.count(c) for c in sorted(set(labels))}
     report = {"test_documents": len(labels), "test_labels": counts, "majority_accuracy": max(counts.values()) / len(labels),
-              "settings": {"batch": BATCH, "lr": LR, "epochs": EPOCHS, "precision": "bf16"}, "runs": runs}  # fmt: skip
+              "settings": {"batch": BATCH, "lr": LR, "epochs": EPOCHS, "precision": PRECISION}, "runs": runs}  # fmt: skip
     folder = out / "genre"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -160,7 +160,7 @@ def render(report: dict) -> str:
     lines = [
         f"Brown genre groups, {report['test_documents']} test documents {report['test_labels']}; majority class "
         f"{100 * report['majority_accuracy']:.1f} %. Fine-tuning: batch {report['settings']['batch']}, lr "
-        f"{report['settings']['lr']:g}, {report['settings']['epochs']} epochs, bf16, best validation step.\n",
+        f"{report['settings']['lr']:g}, {report['settings']['epochs']} epochs, {report['settings']['precision']}, best validation step.\n",
         "| run | tokens / document | test accuracy (95 % CI) | macro-F1 | paired comparisons (same documents) |",
         "|---|---:|---|---:|---|",
     ]  # fmt: skip

@@ -91,14 +91,14 @@ def probe(run: LongContextRun, variant: str, *, steps: int = 3, recompute: bool 
     attention layer to ``recompute=True`` (q/k/v rebuilt in the backward; Nyström and softmax only)."""
     import torch
 
-    from nystrom.model import NystromformerForMaskedLM
+    from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
     from nystrom.tasks.pretrain_mlm import MaskedLMObjective
     from nystrom.training.device import autocast
 
     torch.manual_seed(0)
-    model = NystromformerForMaskedLM.from_pretrained(run.model_dir(variant)).train()
-    for layer in model.nystromformer.encoder.layers:
-        layer.attention.recompute = recompute
+    config = NystromformerConfig.from_pretrained(run.model_dir(variant))
+    config.attention = {**config.attention, "recompute": recompute}
+    model = NystromformerForMaskedLM.from_pretrained(run.model_dir(variant), config=config).train()
     length = run.length(variant)
     b = run.tokens_per_step // length
     obj = MaskedLMObjective(model, edges=(0, length))
