@@ -297,3 +297,32 @@ def test_old_configs_without_linear_init_keep_the_old_behaviour(tmp_path):
     (tmp_path / "old" / "config.json").write_text(json.dumps(meta))
     convert_legacy_checkpoint(tmp_path / "old", tmp_path / "new")
     assert NystromformerConfig.from_pretrained(tmp_path / "new").linear_init == "normal"
+
+
+def test_inference_keeps_no_earlier_layer_input_alive():
+    """Regression: the encoder kept every layer's input for ``output_hidden_states`` even when not asked,
+    one (b, n, e) tensor per layer alive to the end (at 16384 tokens, MiniLM size: +150 MB of peak)."""
+    import gc
+    import weakref
+
+    model = NystromformerModel(small(num_hidden_layers=4)).eval()
+    inputs: list[weakref.ref] = []
+    alive_at_last: list[bool] = []
+
+    def before(layer, args):
+        if layer is model.encoder.layers[-1]:
+            gc.collect()
+            alive_at_last.extend(r() is not None for r in inputs[1:])  # layer 0's input is the caller's
+        inputs.append(weakref.ref(args[0]))
+
+    for layer in model.encoder.layers:
+        layer.register_forward_pre_hook(before)
+    ids = torch.randint(5, 50, (2, 16))
+    with torch.inference_mode():
+        model(ids)
+    assert alive_at_last == [False, False]
+    inputs.clear()
+    with torch.inference_mode():
+        out = model(ids, output_hidden_states=True)
+    assert len(out.hidden_states) == 5 and torch.equal(out.hidden_states[-1], out.last_hidden_state)
+    assert alive_at_last == [False, False, True, True]  # asked for: every input is kept

@@ -76,7 +76,8 @@ class Encoder(nn.Module):
         states: list[torch.Tensor] = []
         weights: list[torch.Tensor] = []
         for layer in self.layers:
-            states.append(x)
+            if output_hidden_states:  # only then: each kept input is a (b, n, e) tensor alive to the end
+                states.append(x)
             x, probs = layer(x, mask, output_attentions)  # (b, n, e)
             if probs is not None:
                 weights.append(probs)
