@@ -41,6 +41,26 @@ def test_driver_writes_table_with_ratios(tmp_path):
     assert (tmp_path / "bench_models.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_an_interrupted_run_resumes_where_it_stopped(tmp_path):
+    """A killed run leaves its finished cases in bench_models.partial.jsonl (a torn last line included);
+    the same command reuses them, measures the rest, and removes the file; other settings raise."""
+    opts = dict(size="tiny", lengths=(128,), models=("ours-nystrom", "hf-nystromformer"), modes=("inference",),
+                rounds=1, repeats=1, out_dir=tmp_path, progress=False)  # fmt: skip
+    settings = {"size": "tiny", "lengths": [128], "batches": [1], "models": ["ours-nystrom", "hf-nystromformer"],
+                "modes": ["inference"], "rounds": 1, "repeats": 1, "dtype": "fp32", "device": "cpu", "threads": 0}  # fmt: skip
+    partial = tmp_path / "bench_models.partial.jsonl"
+    done = {"round": 0, "key": ["inference", 128, 1, "ours-nystrom"], "result": {"s": [7.5], "peak_mb": 3.0}}
+    partial.write_text(json.dumps({"settings": settings}) + "\n" + json.dumps(done) + '\n{"round": 0, "ke')
+    report = run(**opts)
+    rows = {r["model"]: r for r in report["rows"]}
+    assert rows["ours-nystrom"]["median_s"] == 7.5 and rows["ours-nystrom"]["peak_mb"] == 3.0  # reused, not rerun
+    assert 0 < rows["hf-nystromformer"]["median_s"] < 7.5 and report["resumed_cases"] == 1
+    assert not partial.exists()
+    partial.write_text(json.dumps({"settings": {**settings, "rounds": 3}}) + "\n")
+    with pytest.raises(ValueError, match="interrupted run with other settings"):
+        run(**opts)
+
+
 def test_ratios_and_floor_by_hand():
     size = SIZES["minilm"]
     rows = [{"mode": "train", "n": 4096, "batch": 1, "model": m, "median_s": s, "peak_mb": mb, "spread": 1.0,

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from nystrom.functional import conv
-from nystrom.functional.conv import depthwise_seq_conv
+from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
 from nystrom.functional.dropout import Dropout, dropout
 
 
@@ -51,6 +51,31 @@ def test_conv_in_head_groups_equals_one_product(monkeypatch, group_bytes):
     got = (y.detach(), *torch.autograd.grad((y * g).sum(), (x, w)))
     for a, r in zip(got, ref):
         torch.testing.assert_close(a, r, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("n", "c", "group_bytes"), [(37, 4, 32 << 20), (64, 64, 32 << 20), (40, 8, 1)])
+def test_conv_added_in_place_equals_conv_plus_out(monkeypatch, n, c, group_bytes):
+    """The inference path (attention output += conv skip): ragged last block, head groups, a strided
+    (heads-interleaved) out, as the attention kernels return it."""
+    torch.manual_seed(4)
+    monkeypatch.setattr(conv, "GROUP_BYTES", group_bytes)
+    x = torch.randn(2, 3, n, 4, dtype=torch.float64)
+    w = torch.randn(3, 1, 7, 1, dtype=torch.float64)
+    out = torch.randn(2, n, 3, 4, dtype=torch.float64).permute(0, 2, 1, 3)  # (b, h, n, d) view
+    want = out + depthwise_seq_conv(x, w, block_rows=c)
+    with torch.no_grad():
+        got = depthwise_seq_conv_add_(out, x, w, block_rows=c)
+    assert got is out
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-12)
+
+
+def test_conv_added_in_place_refuses_autograd_and_mismatched_out():
+    x = torch.randn(1, 2, 9, 3, requires_grad=True)
+    w = torch.randn(2, 5)
+    with pytest.raises(RuntimeError, match="for inference"):
+        depthwise_seq_conv_add_(torch.zeros(1, 2, 9, 3), x, w)
+    with torch.no_grad(), pytest.raises(ValueError, match="out must match x"):
+        depthwise_seq_conv_add_(torch.zeros(1, 2, 9, 3, dtype=torch.float64), x, w)
 
 
 def test_conv_gradcheck_and_strided_input():

@@ -61,7 +61,8 @@ def test_bad_activation_and_shapes_raise():
 @pytest.mark.parametrize("norm_position", ["post", "pre"])
 def test_model_paths_agree_training_blocked_inference_and_plain(monkeypatch, norm_position):
     """The encoder gives the same output through the training path (feed_forward), the blocked inference
-    path (FeedForward.block, blocks of 3 rows here) and the plain unblocked one (torch.compile's)."""
+    path (FeedForward.block, blocks of 3 rows here; the conv skip added in place) and the plain unblocked
+    one (torch.compile's)."""
     import nystrom.model.layers as layers
     from nystrom.model import NystromformerConfig, NystromformerModel
 

@@ -21,7 +21,7 @@ from nystrom.functional.checks import (
     first_order_only,
     rejects_key_padding_mask,
 )
-from nystrom.functional.conv import depthwise_seq_conv
+from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.projection import project_heads
 
@@ -148,7 +148,7 @@ class AttentionBase(nn.Module):
         if conv_weight is not None:
             if mask is not None:  # padding must not leak into real tokens through the conv
                 v = v.masked_fill(~mask[:, None, :, None], 0)
-            o = o + conv_skip(v, conv_weight)  # (b, g, n, d) = self.conv(v)
+            o = add_conv_skip(o, v, conv_weight)  # (b, g, n, d): o + self.conv(v)
         return o.transpose(1, 2).flatten(2)  # (b, n, g*d); a view when core wrote a (b, n, g, d) buffer
 
     def extra_repr(self) -> str:
@@ -157,6 +157,20 @@ class AttentionBase(nn.Module):
             f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, "
             f"conv_kernel_size={self.conv_kernel_size}{extra}"
         )
+
+
+def add_conv_skip(o: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``o + conv_skip(v, weight)``, o and v (b, h, n, d). Without autograd, eagerly, the conv is added into
+    ``o`` where o is the core's own fresh result (not sharing memory with v, hence with the q/k/v
+    projection): no (b, h, n, d) conv tensor and no separate add (inference)."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():  # checked first: dynamo cannot trace storages
+        return o + conv_skip(v, weight)
+    own = (
+        o.dtype == v.dtype
+        and o.shape == v.shape
+        and o.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
+    )
+    return depthwise_seq_conv_add_(o, v, weight) if own else o + conv_skip(v, weight)
 
 
 def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

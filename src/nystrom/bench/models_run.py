@@ -50,7 +50,12 @@ def run(
     out_dir: Path = Path("docs"), name: str = "bench_models", progress: bool = True,
 ) -> dict:  # fmt: skip
     """Every (mode, n, b, model) case ``rounds`` times, models interleaved within each round; writes
-    ``out_dir/bench_models.json`` (+ ``.md``, ``.png``) and returns the report."""
+    ``out_dir/bench_models.json`` (+ ``.md``, ``.png``) and returns the report.
+
+    Resumable: every finished case is appended to ``out_dir/bench_models.partial.jsonl`` at once; a run
+    with the same settings that finds that file skips what it holds (an interrupted hour-long run goes
+    on where it stopped), and the file is removed once the report is written. A partial file of other
+    settings raises instead of being overwritten."""
     import subprocess
 
     from tqdm import tqdm
@@ -61,15 +66,25 @@ def run(
     if bad or size not in SIZES:
         raise ValueError(f"unknown {bad or size}: models {MODELS}, modes {MODES}, sizes {sorted(SIZES)}")
     groups = list(product(modes, sorted(lengths), batches))
+    settings = {"size": size, "lengths": sorted(lengths), "batches": list(batches), "models": list(models),
+                "modes": list(modes), "rounds": rounds, "repeats": repeats, "dtype": dtype, "device": device,
+                "threads": threads}  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_dir / f"{name}.partial.jsonl"
+    done = _resume(partial, settings)
     samples: dict[tuple, list[dict]] = {}
+    for (_, *key), res in done.items():
+        samples.setdefault(tuple(key), []).append(res)
     start = time.perf_counter()
     bar = tqdm(total=rounds * len(groups) * len(models), desc="bench models", unit="case", disable=not progress)
-    for _ in range(rounds):
+    if done:
+        bar.write(f"resuming: {len(done)} finished cases read from {partial}")
+    for r in range(rounds):
         for mode, n, b in groups:
             for model in models:
                 key = (mode, n, b, model)
-                if any("error" in s for s in samples.get(key, [])):
-                    bar.update(1)  # failed once: the error stands, no retry
+                if (r, *key) in done or any("error" in s for s in samples.get(key, [])):
+                    bar.update(1)  # finished before the interruption, or failed once: the error stands
                     continue
                 case = {"model": model, "mode": mode, "n": n, "batch": b, "size": size, "repeats": repeats,
                         "dtype": dtype, "device": device, "threads": threads}  # fmt: skip
@@ -78,6 +93,8 @@ def run(
                 except subprocess.TimeoutExpired:
                     res = {"error": f"timed out after {timeout_s:g} s"}
                 samples.setdefault(key, []).append(res)
+                with partial.open("a") as f:
+                    f.write(json.dumps({"round": r, "key": list(key), "result": res}) + "\n")
                 bar.update(1)
     bar.close()
     rows = []
@@ -89,12 +106,44 @@ def run(
     rates = {n: gemm_rate(SIZES[size], n=n, device=device) for n in sorted(lengths)}
     add_ratios(rows, SIZES[size], rates)
     report = {"size": size, "dtype": dtype, "device": device, "rounds": rounds, "repeats": repeats, "rows": rows,
-              "gemm_gflops": rates, "machine": machine_info(), "wall_s": time.perf_counter() - start}  # fmt: skip
-    out_dir.mkdir(parents=True, exist_ok=True)
+              "gemm_gflops": rates, "machine": machine_info(), "wall_s": time.perf_counter() - start,
+              "resumed_cases": len(done)}  # fmt: skip
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     (out_dir / f"{name}.md").write_text(render(report))
     plot(report, out_dir / f"{name}.png")
+    partial.unlink()
     return report
+
+
+def _resume(partial: Path, settings: dict) -> dict[tuple, dict]:
+    """The cases an interrupted run of the same ``settings`` finished, ``{(round, mode, n, b, model): result}``;
+    starts ``partial`` with the settings where it does not exist. A torn last line (the process killed
+    mid-write) is cut off; other settings raise."""
+    if not partial.exists():
+        partial.write_text(json.dumps({"settings": settings}) + "\n")
+        return {}
+    text = partial.read_text()
+    if text and not text.endswith("\n"):  # killed mid-write: drop the torn line before appending after it
+        text = text[: text.rfind("\n") + 1]
+        partial.write_text(text)
+    lines = text.splitlines()
+    try:
+        head = json.loads(lines[0])["settings"] if lines else None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        head = None
+    if head != settings:
+        raise ValueError(
+            f"{partial} holds an interrupted run with other settings ({head}); rerun with those to finish it, "
+            f"or delete the file to start this one ({settings})"
+        )
+    done = {}
+    for line in lines[1:]:
+        try:
+            rec = json.loads(line)
+            done[(rec["round"], *rec["key"])] = rec["result"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{partial}: unreadable line {line[:80]!r}; delete the file to start anew") from err
+    return done
 
 
 def plot(report: dict, png: Path) -> Path:

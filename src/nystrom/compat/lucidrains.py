@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nystrom.attention.base import conv_skip
+from nystrom.attention.base import add_conv_skip
 from nystrom.functional.attention import nystrom_attention, nystrom_factors
 from nystrom.functional.checks import (
     check_choice,
@@ -130,7 +130,7 @@ class NystromAttention(nn.Module):
         )
         o = nystrom_attention(q, k, v, **opts)  # (b, h, n, d)
         if self.residual:
-            o = o + conv_skip(v, self.res_conv.weight)  # padded v is 0 already: x is, and to_qkv has no bias
+            o = add_conv_skip(o, v, self.res_conv.weight)  # padded v is 0 already: x is, and to_qkv has no bias
         out = first_order_only(self.to_out(o.transpose(1, 2).flatten(2)), "NystromAttention")  # (b, n, e)
         if not (return_attn or return_attn_matrices):
             return out

@@ -66,21 +66,26 @@ def _windows(x: torch.Tensor, k: int, c: int) -> torch.Tensor:
     return win.reshape(b, h, width, nb * d)  # one copy, ≈ W/c times x
 
 
-def _conv_group(x: torch.Tensor, w: torch.Tensor, c: int, out: torch.Tensor) -> None:
-    """The forward product for one group of heads, into ``out``: x (b, g, n, d), w (g, K) -> out (b, g, n, d)."""
+def _conv_group(x: torch.Tensor, w: torch.Tensor, c: int, out: torch.Tensor, *, add: bool = False) -> None:
+    """The forward product for one group of heads, into ``out`` (added to it with ``add``): x (b, g, n, d),
+    w (g, K) -> out (b, g, n, d)."""
     b, g, n, d = x.shape
     nb, full = -(-n // c), n // c
     y = torch.matmul(_toeplitz(w, c), _windows(x, w.shape[1], c)).view(b, g, c, nb, d)  # row r of block i
-    out[:, :, : full * c].unflatten(2, (full, c)).copy_(y[:, :, :, :full].transpose(2, 3))  # whole blocks
+    whole = out[:, :, : full * c].unflatten(2, (full, c))
+    (whole.add_ if add else whole.copy_)(y[:, :, :, :full].transpose(2, 3))  # whole blocks
     if full < nb:
-        out[:, :, full * c :].copy_(y[:, :, : n - full * c, full])  # the ragged last block
+        last = out[:, :, full * c :]
+        (last.add_ if add else last.copy_)(y[:, :, : n - full * c, full])  # the ragged last block
 
 
-def _conv(x: torch.Tensor, w: torch.Tensor, c: int) -> torch.Tensor:
-    """The forward product: x (b, h, n, d), w (h, K) -> (b, h, n, d), head group by head group."""
-    out = x.new_empty(x.shape)
+def _conv(x: torch.Tensor, w: torch.Tensor, c: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The forward product: x (b, h, n, d), w (h, K) -> (b, h, n, d), head group by head group; with
+    ``out`` given, added into it."""
+    add = out is not None
+    out = x.new_empty(x.shape) if out is None else out
     for hs in _head_groups(x):
-        _conv_group(x[:, hs], w[hs], c, out[:, hs])
+        _conv_group(x[:, hs], w[hs], c, out[:, hs], add=add)
     return out
 
 
@@ -116,6 +121,42 @@ class _SeqConv(torch.autograd.Function):
         return dx, dw, None
 
 
+def _check(x: torch.Tensor, weight: torch.Tensor, block_rows: int) -> torch.Tensor:
+    """The (h, K) kernel of ``weight`` after checking x (b, h, n, d), the kernel and ``block_rows``."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x must have shape (batch, heads, tokens, head_dim), got {shape}")
+    w = weight.reshape(weight.shape[0], -1) if weight.dim() == 4 else weight
+    if w.dim() != 2 or w.shape[0] != x.shape[1] or w.shape[1] % 2 == 0:
+        raise ValueError(
+            f"weight must be (heads={x.shape[1]}, K) with K odd (or (heads, 1, K, 1)), got {tuple(weight.shape)}"
+        )
+    if not isinstance(block_rows, int) or block_rows < 1:
+        raise ValueError(f"block_rows must be a positive int, got {block_rows!r}")
+    return w
+
+
+def depthwise_seq_conv_add_(
+    out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, *, block_rows: int = BLOCK_ROWS
+) -> torch.Tensor:
+    """``out += depthwise_seq_conv(x, weight)`` in place, without autograd (inference).
+
+    Why: the skip is added to the attention output anyway; adding each block's product where it
+    belongs allocates no (b, h, n, d) result and skips one pass over it (at n = 16384, MiniLM size, a
+    25 MB tensor per layer). ``out`` (b, h, n, d) in x's dtype, any strides, not overlapping x.
+    Raises where autograd would record (use ``out + depthwise_seq_conv(x, weight)`` there).
+    """
+    w = _check(x, weight, block_rows)
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad or out.requires_grad):
+        raise RuntimeError("depthwise_seq_conv_add_ is for inference: call it under torch.no_grad() or "
+                           "torch.inference_mode(), or use out + depthwise_seq_conv(x, weight)")  # fmt: skip
+    if out.shape != x.shape or out.dtype != x.dtype:
+        raise ValueError(f"out must match x: {tuple(x.shape)} {x.dtype}, got {tuple(out.shape)} {out.dtype}")
+    with torch.no_grad(), autocast_off(x.device.type):
+        _conv(x, w.to(x.dtype), block_rows, out)
+    return out
+
+
 def depthwise_seq_conv(
     x: torch.Tensor, weight: torch.Tensor, *, block_rows: int = BLOCK_ROWS
 ) -> torch.Tensor:
@@ -129,15 +170,6 @@ def depthwise_seq_conv(
     Returns:
         (b, h, n, d) in ``x``'s dtype (the weight is cast to it; autocast does not apply).
     """
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x must have shape (batch, heads, tokens, head_dim), got {shape}")
-    w = weight.reshape(weight.shape[0], -1) if weight.dim() == 4 else weight
-    if w.dim() != 2 or w.shape[0] != x.shape[1] or w.shape[1] % 2 == 0:
-        raise ValueError(
-            f"weight must be (heads={x.shape[1]}, K) with K odd (or (heads, 1, K, 1)), got {tuple(weight.shape)}"
-        )
-    if not isinstance(block_rows, int) or block_rows < 1:
-        raise ValueError(f"block_rows must be a positive int, got {block_rows!r}")
+    w = _check(x, weight, block_rows)
     with autocast_off(x.device.type):
         return _SeqConv.apply(x, w.to(x.dtype), block_rows)
