@@ -22,6 +22,7 @@ from nystrom.functional.checks import (
     rejects_key_padding_mask,
 )
 from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
+from nystrom.functional.dense import dense_module
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.projection import project_heads
 
@@ -125,7 +126,7 @@ class AttentionBase(nn.Module):
                 self.out.weight, self.out.bias, attend=self.attend, heads=self.heads,
             )  # fmt: skip
         else:
-            y = self.out(self._attend(x, mask))  # the fused q/k/v tensor is released before out() runs
+            y = dense_module(self.out, self._attend(x, mask))  # the q/k/v tensor is released before out() runs
         return first_order_only(self.dropout(y), type(self).__name__)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:

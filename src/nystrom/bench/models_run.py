@@ -32,15 +32,29 @@ def floor_flops(size: dict, *, n: int, batch: int, mode: str, m: int = 64) -> fl
 
 
 def gemm_rate(size: dict, *, n: int, device: str = "cpu") -> float:
-    """fp32 GFLOP/s of the model's own FFN GEMM shape, (n, e) @ (e, f), on this machine."""
+    """fp32 GFLOP/s of the model's own FFN GEMM, (r, e) @ (e, f), on this machine: the best over r = n (a
+    training step's shape) and r = the rows of one inference FFN block (``FFN_BLOCK_BYTES``), and over
+    ATen's matmul and, on CPU, oneDNN's linear (which our inference runs, functional/dense.py). The best
+    rate gives the lowest floor: no figure is flattered by a slow reference GEMM."""
     import torch
 
     from nystrom.bench.common import median_time_ms
+    from nystrom.functional.dense import fuses
+    from nystrom.model.layers import FFN_BLOCK_BYTES
 
-    a, w = torch.randn(n, size["hidden"], device=device), torch.randn(size["hidden"], size["ffn"], device=device)
+    e, f = size["hidden"], size["ffn"]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    ms = median_time_ms(lambda: (a @ w, sync()), repeats=7, warmup=2)
-    return 2 * n * size["hidden"] * size["ffn"] / (ms / 1e3) / 1e9
+    best = 0.0
+    for r in sorted({n, min(n, max(1, FFN_BLOCK_BYTES // (4 * f)))}):
+        a, w = torch.randn(r, e, device=device), torch.randn(e, f, device=device)
+        ms = median_time_ms(lambda: (a @ w, sync()), repeats=7, warmup=2)
+        with torch.inference_mode():
+            wt = w.mT.contiguous()  # (f, e): nn.Linear's layout
+            if fuses(a, wt):
+                ms = min(ms, median_time_ms(lambda: torch.ops.mkldnn._linear_pointwise(a, wt, None, "none", [], ""),
+                                            repeats=7, warmup=2))  # fmt: skip
+        best = max(best, 2 * r * e * f / (ms / 1e3) / 1e9)
+    return best
 
 
 def run(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nystrom.functional.dense import dense, fuses
+
 
 def split_heads(
     qkv: torch.Tensor, heads: int, dim_head: int
@@ -32,6 +34,8 @@ def project_heads(
     """
     if torch.compiler.is_compiling():
         return split_heads(F.linear(x, weight, bias), heads, dim_head)
+    if fuses(x, weight):  # inference: oneDNN's GEMM with the bias inside (functional/dense.py)
+        return split_heads(dense(x, weight, bias), heads, dim_head)
     return _ProjectHeads.apply(x, weight, bias, heads, dim_head)
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nystrom.functional.attention import nystrom_factors
 from nystrom.functional.checks import value_checks_enabled
+from nystrom.functional.dense import activation, dense_module
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.ffn import feed_forward
 from nystrom.functional.kernels_backward import range_chunks
@@ -23,16 +23,6 @@ from nystrom.model.configuration_nystromformer import NystromformerConfig
 FFN_BLOCK_BYTES = 8 << 20
 #: ``output_attentions=True`` materialises (b, h, n, n) per layer; longer inputs raise instead
 MAX_ATTENTION_TOKENS = 4096
-
-
-def activation(name: str, x: torch.Tensor) -> torch.Tensor:
-    if name == "gelu":
-        return F.gelu(x)
-    if name == "gelu_new":  # tanh approximation, HF's "gelu_new"
-        return F.gelu(x, approximate="tanh")
-    if name == "relu":
-        return F.relu(x)
-    raise ValueError(f"unknown activation {name!r}")
 
 
 def to_mask(attention_mask: torch.Tensor | None, b: int, n: int, *, name: str = "attention_mask"):
@@ -143,8 +133,11 @@ class FeedForward(nn.Module):
             y = feed_forward(x, self.dense_in.weight, self.dense_in.bias, self.dense_out.weight, self.dense_out.bias,
                              activation=self.act)  # fmt: skip
             return self.dropout(y)  # (b, n, e)
-        hidden = self.inner_dropout(activation(self.act, self.dense_in(x)))  # (b, n, f)
-        return self.dropout(self.dense_out(hidden))  # (b, n, e)
+        if not self.training or self.inner_dropout.p == 0:  # act fused into the GEMM (functional/dense.py)
+            hidden = dense_module(self.dense_in, x, activation_name=self.act)  # (b, n, f)
+        else:
+            hidden = self.inner_dropout(activation(self.act, self.dense_in(x)))  # (b, n, f)
+        return self.dropout(dense_module(self.dense_out, hidden))  # (b, n, e)
 
     def block(self, x: torch.Tensor, norm: nn.LayerNorm, *, pre_norm: bool) -> torch.Tensor:
         """The FFN sub-layer with its residual and LayerNorm: ``norm(x + ffn(x))`` (post-LN) or

@@ -1,0 +1,90 @@
+"""Linear layers for inference, with the activation fused into the GEMM on CPU.
+
+Legend: r rows (any leading dims flattened), i input width, o output width.
+
+In inference on CPU, ``F.linear`` runs the bias broadcast and the GEMM, and an activation after it is one
+more pass over the (r, o) result. oneDNN's linear (``torch.ops.mkldnn._linear_pointwise``, the kernel
+inductor's CPU backend emits for fused linear + pointwise) applies bias and activation inside the GEMM.
+Measured on a 2-core AMD EPYC, fp32, MiniLM's shapes: FFN in + GELU + FFN out on 1365 rows 16.2 ms
+against 19.4 ms, the (4096, 384) → 1152 q/k/v projection 16.9 against 18.8 ms. Same function; the
+results differ by GEMM rounding only (≈ 4e-6 absolute at these widths in fp32).
+
+Only eagerly, without autograd, for float32/bfloat16 CPU tensors and no autocast: everywhere else (training,
+torch.compile, GPUs, float16/float64, autocast, a PyTorch built without oneDNN) ``F.linear`` and the
+activation run, which compute the same function.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from nystrom.functional.amp import autocast_enabled
+
+#: our activation names -> oneDNN's post-op (attr, algorithm)
+_POST_OPS = {None: ("none", ""), "gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "relu": ("relu", "")}
+_FUSED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def activation(name: str | None, x: torch.Tensor) -> torch.Tensor:
+    """``name`` in ``gelu`` (erf), ``gelu_new`` (tanh approximation, HF's name), ``relu``, or None (identity)."""
+    if name is None:
+        return x
+    if name == "gelu":
+        return F.gelu(x)
+    if name == "gelu_new":
+        return F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu(x)
+    raise ValueError(f"unknown activation {name!r}; expected one of 'gelu', 'gelu_new', 'relu'")
+
+
+def _onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+_ONEDNN = _onednn_available()
+
+
+def fuses(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether :func:`dense` runs oneDNN's fused kernel for these operands (see the module docstring)."""
+    return (
+        _ONEDNN
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+        and x.device.type == "cpu"
+        and x.dtype in _FUSED_DTYPES
+        and x.dtype == weight.dtype
+        and not autocast_enabled("cpu")
+    )
+
+
+def dense(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *, activation_name: str | None = None
+) -> torch.Tensor:
+    """``act(x · weightᵀ + bias)``: x (..., i), weight (o, i), bias (o,) or None -> (..., o).
+
+    The activation (see :func:`activation`) is fused into oneDNN's GEMM where :func:`fuses` holds;
+    elsewhere this is ``activation(F.linear(x, weight, bias))``.
+    """
+    if activation_name not in _POST_OPS:
+        raise ValueError(
+            f"unknown activation {activation_name!r}; expected one of 'gelu', 'gelu_new', 'relu', None"
+        )
+    if not fuses(x, weight) or (bias is not None and bias.dtype != x.dtype):
+        return activation(activation_name, F.linear(x, weight, bias))
+    attr, algorithm = _POST_OPS[activation_name]
+    rows = x.reshape(-1, x.shape[-1])  # (r, i)
+    y = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, attr, [], algorithm)  # (r, o)
+    return y.view(*x.shape[:-1], weight.shape[0])
+
+
+def dense_module(module: nn.Module, x: torch.Tensor, *, activation_name: str | None = None) -> torch.Tensor:
+    """``act(module(x))``, through :func:`dense` when ``module`` is a plain ``nn.Linear`` without hooks. A
+    subclass or wrapper (an adapter such as LoRA, a quantised layer) or a hooked layer is called as it is,
+    so nothing it adds is bypassed."""
+    plain = type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks)
+    if plain:
+        return dense(x, module.weight, module.bias, activation_name=activation_name)
+    return activation(activation_name, module(x))
