@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import nystrom.functional.dense as D
-from nystrom.functional.dense import activation, dense, dense_module, fuses
+from nystrom.functional.dense import activation, dense, dense_module, fused_dtype, fuses
 from nystrom.model import NystromformerConfig, NystromformerModel
 
 onednn = pytest.mark.skipif(not D._ONEDNN, reason="this PyTorch has no oneDNN linear")
@@ -55,19 +55,28 @@ def test_bfloat16_fused_matches_float64_reference():
     torch.testing.assert_close(y.double(), ref, rtol=2e-2, atol=2e-2)
 
 
-def test_not_fused_with_autograd_autocast_or_float64_and_same_values():
+def test_not_fused_with_autograd_or_float64_and_same_values():
     torch.manual_seed(0)
     x, w = torch.randn(5, 8, dtype=torch.float64), torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
     with torch.no_grad():
         assert not fuses(x, w)  # float64
-    x32, w32 = x.float(), w.detach().float()
-    assert not fuses(x32, w32)  # autograd on
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not fuses(x32, w32)
+    assert not fuses(x.float(), w.detach().float())  # autograd on
     y = dense(x, w, None, activation_name="gelu")  # autograd path: exactly F.linear + gelu, with gradients
     assert torch.equal(y, F.gelu(F.linear(x, w)))
     y.sum().backward()
     assert w.grad is not None and w.grad.abs().sum() > 0
+
+
+@onednn
+def test_under_autocast_fuses_in_autocast_dtype_like_linear():
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 33, 32), torch.randn(48, 32) * 0.2, torch.randn(48)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fused_dtype(x, w) == torch.bfloat16
+        y = dense(x, w, b, activation_name="gelu")
+        ref = F.gelu(F.linear(x, w, b))  # autocast's own path: bf16 operands and result
+    assert y.dtype == ref.dtype == torch.bfloat16 and y.shape == (2, 33, 48)
+    torch.testing.assert_close(y.float(), ref.float(), rtol=2e-2, atol=2e-2)
 
 
 def test_unknown_activation_raises():

@@ -9,9 +9,9 @@ Measured on a 2-core AMD EPYC, fp32, MiniLM's shapes: FFN in + GELU + FFN out on
 against 19.4 ms, the (4096, 384) → 1152 q/k/v projection 16.9 against 18.8 ms. Same function; the
 results differ by GEMM rounding only (≈ 4e-6 absolute at these widths in fp32).
 
-Only eagerly, without autograd, for float32/bfloat16 CPU tensors and no autocast: everywhere else (training,
-torch.compile, GPUs, float16/float64, autocast, a PyTorch built without oneDNN) ``F.linear`` and the
-activation run, which compute the same function.
+Only eagerly, without autograd, on CPU, in float32 or bfloat16 (the operands' dtype, or CPU autocast's, to
+which both are cast as autocast would): everywhere else (training, torch.compile, GPUs, float16/float64,
+a PyTorch built without oneDNN) ``F.linear`` and the activation run, which compute the same function.
 """
 
 from __future__ import annotations
@@ -47,17 +47,22 @@ def _onednn_available() -> bool:
 _ONEDNN = _onednn_available()
 
 
+def fused_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+    """The dtype :func:`dense` runs oneDNN's fused kernel in for these operands, or None where it runs
+    ``F.linear`` (see the module docstring). Under CPU autocast that is autocast's dtype: ``F.linear``
+    would cast both operands to it too."""
+    if not _ONEDNN or torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
+        return None
+    if autocast_enabled("cpu"):
+        dtype = torch.get_autocast_dtype("cpu")
+        both = x.dtype in _FUSED_DTYPES and weight.dtype in _FUSED_DTYPES
+        return dtype if both and dtype in _FUSED_DTYPES else None
+    return x.dtype if x.dtype in _FUSED_DTYPES and weight.dtype == x.dtype else None
+
+
 def fuses(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether :func:`dense` runs oneDNN's fused kernel for these operands (see the module docstring)."""
-    return (
-        _ONEDNN
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()
-        and x.device.type == "cpu"
-        and x.dtype in _FUSED_DTYPES
-        and x.dtype == weight.dtype
-        and not autocast_enabled("cpu")
-    )
+    """Whether :func:`dense` runs oneDNN's fused kernel for these operands."""
+    return fused_dtype(x, weight) is not None
 
 
 def dense(
@@ -65,18 +70,25 @@ def dense(
 ) -> torch.Tensor:
     """``act(x · weightᵀ + bias)``: x (..., i), weight (o, i), bias (o,) or None -> (..., o).
 
-    The activation (see :func:`activation`) is fused into oneDNN's GEMM where :func:`fuses` holds;
-    elsewhere this is ``activation(F.linear(x, weight, bias))``.
+    The activation (see :func:`activation`) is fused into oneDNN's GEMM where :func:`fused_dtype` gives a
+    dtype (the result's, as ``F.linear``'s would be); elsewhere this is ``activation(F.linear(x, weight, bias))``.
     """
     if activation_name not in _POST_OPS:
         raise ValueError(
             f"unknown activation {activation_name!r}; expected one of 'gelu', 'gelu_new', 'relu', None"
         )
-    if not fuses(x, weight) or (bias is not None and bias.dtype != x.dtype):
+    dtype = fused_dtype(x, weight)
+    cast = autocast_enabled(
+        "cpu"
+    )  # autocast casts the bias as well; otherwise a mismatch is F.linear's error
+    if dtype is None or (
+        bias is not None and bias.dtype != dtype and not (cast and bias.dtype in _FUSED_DTYPES)
+    ):
         return activation(activation_name, F.linear(x, weight, bias))
     attr, algorithm = _POST_OPS[activation_name]
-    rows = x.reshape(-1, x.shape[-1])  # (r, i)
-    y = torch.ops.mkldnn._linear_pointwise(rows, weight, bias, attr, [], algorithm)  # (r, o)
+    rows = x.reshape(-1, x.shape[-1]).to(dtype)  # (r, i)
+    b = None if bias is None else bias.to(dtype)
+    y = torch.ops.mkldnn._linear_pointwise(rows, weight.to(dtype), b, attr, [], algorithm)  # (r, o)
     return y.view(*x.shape[:-1], weight.shape[0])
 
 
