@@ -37,7 +37,7 @@ def test_fused_path_is_taken_and_equals_linear_then_activation(monkeypatch, act,
 
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", Spy())
     with torch.inference_mode():
-        assert fuses(x, w)
+        assert fuses(x, w, b)
         y = dense(x, w, b, activation_name=act)
     assert calls == [(D._POST_OPS[act][0], [], D._POST_OPS[act][1])]
     assert y.shape == (2, 37, 40) and y.dtype == torch.float32
@@ -59,8 +59,8 @@ def test_not_fused_with_autograd_or_float64_and_same_values():
     torch.manual_seed(0)
     x, w = torch.randn(5, 8, dtype=torch.float64), torch.randn(6, 8, dtype=torch.float64, requires_grad=True)
     with torch.no_grad():
-        assert not fuses(x, w)  # float64
-    assert not fuses(x.float(), w.detach().float())  # autograd on
+        assert not fuses(x, w, None)  # float64
+    assert not fuses(x.float(), w.detach().float(), None)  # autograd on
     y = dense(x, w, None, activation_name="gelu")  # autograd path: exactly F.linear + gelu, with gradients
     assert torch.equal(y, F.gelu(F.linear(x, w)))
     y.sum().backward()
@@ -72,7 +72,7 @@ def test_under_autocast_fuses_in_autocast_dtype_like_linear():
     torch.manual_seed(0)
     x, w, b = torch.randn(2, 33, 32), torch.randn(48, 32) * 0.2, torch.randn(48)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        assert fused_dtype(x, w) == torch.bfloat16
+        assert fused_dtype(x, w, b) == torch.bfloat16
         y = dense(x, w, b, activation_name="gelu")
         ref = F.gelu(F.linear(x, w, b))  # autocast's own path: bf16 operands and result
     assert y.dtype == ref.dtype == torch.bfloat16 and y.shape == (2, 33, 48)

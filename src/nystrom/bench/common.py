@@ -48,10 +48,10 @@ def _set_up_onednn() -> None:
     case runs it first, and differently in a fresh process than in a forked one."""
     from nystrom.functional.dense import dense, fuses
 
-    x, w = torch.zeros(2, 8), torch.zeros(16, 8)
+    x, w, b = torch.zeros(2, 8), torch.zeros(16, 8), torch.zeros(16)
     with torch.inference_mode():
-        if fuses(x, w):
-            dense(x, w, torch.zeros(16), activation_name="gelu")
+        if fuses(x, w, b):
+            dense(x, w, b, activation_name="gelu")
 
 
 def peak_memory_mb(fn: Callable[[], object]) -> float:

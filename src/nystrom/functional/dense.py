@@ -47,22 +47,24 @@ def _onednn_available() -> bool:
 _ONEDNN = _onednn_available()
 
 
-def fused_dtype(x: torch.Tensor, weight: torch.Tensor) -> torch.dtype | None:
+def fused_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.dtype | None:
     """The dtype :func:`dense` runs oneDNN's fused kernel in for these operands, or None where it runs
     ``F.linear`` (see the module docstring). Under CPU autocast that is autocast's dtype: ``F.linear``
-    would cast both operands to it too."""
+    would cast all three operands to it too; otherwise all three must share one dtype (a mismatch is left
+    to ``F.linear``'s error)."""
     if not _ONEDNN or torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
         return None
+    operands = (x, weight) if bias is None else (x, weight, bias)
     if autocast_enabled("cpu"):
         dtype = torch.get_autocast_dtype("cpu")
-        both = x.dtype in _FUSED_DTYPES and weight.dtype in _FUSED_DTYPES
-        return dtype if both and dtype in _FUSED_DTYPES else None
-    return x.dtype if x.dtype in _FUSED_DTYPES and weight.dtype == x.dtype else None
+        castable = all(t.dtype in _FUSED_DTYPES for t in operands)
+        return dtype if castable and dtype in _FUSED_DTYPES else None
+    return x.dtype if x.dtype in _FUSED_DTYPES and all(t.dtype == x.dtype for t in operands) else None
 
 
-def fuses(x: torch.Tensor, weight: torch.Tensor) -> bool:
+def fuses(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
     """Whether :func:`dense` runs oneDNN's fused kernel for these operands."""
-    return fused_dtype(x, weight) is not None
+    return fused_dtype(x, weight, bias) is not None
 
 
 def dense(
@@ -77,13 +79,8 @@ def dense(
         raise ValueError(
             f"unknown activation {activation_name!r}; expected one of 'gelu', 'gelu_new', 'relu', None"
         )
-    dtype = fused_dtype(x, weight)
-    cast = autocast_enabled(
-        "cpu"
-    )  # autocast casts the bias as well; otherwise a mismatch is F.linear's error
-    if dtype is None or (
-        bias is not None and bias.dtype != dtype and not (cast and bias.dtype in _FUSED_DTYPES)
-    ):
+    dtype = fused_dtype(x, weight, bias)
+    if dtype is None:
         return activation(activation_name, F.linear(x, weight, bias))
     attr, algorithm = _POST_OPS[activation_name]
     rows = x.reshape(-1, x.shape[-1]).to(dtype)  # (r, i)

@@ -34,7 +34,7 @@ def project_heads(
     """
     if torch.compiler.is_compiling():
         return split_heads(F.linear(x, weight, bias), heads, dim_head)
-    if fuses(x, weight):  # inference: oneDNN's GEMM with the bias inside (functional/dense.py)
+    if fuses(x, weight, bias):  # inference: oneDNN's GEMM with the bias inside (functional/dense.py)
         return split_heads(dense(x, weight, bias), heads, dim_head)
     return _ProjectHeads.apply(x, weight, bias, heads, dim_head)
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from nystrom.functional.attention import nystrom_factors
 from nystrom.functional.checks import value_checks_enabled
-from nystrom.functional.dense import activation, dense_module
+from nystrom.functional.dense import dense_module
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.ffn import feed_forward
 from nystrom.functional.kernels_backward import range_chunks
@@ -133,10 +133,8 @@ class FeedForward(nn.Module):
             y = feed_forward(x, self.dense_in.weight, self.dense_in.bias, self.dense_out.weight, self.dense_out.bias,
                              activation=self.act)  # fmt: skip
             return self.dropout(y)  # (b, n, e)
-        if not self.training or self.inner_dropout.p == 0:  # act fused into the GEMM (functional/dense.py)
-            hidden = dense_module(self.dense_in, x, activation_name=self.act)  # (b, n, f)
-        else:
-            hidden = self.inner_dropout(activation(self.act, self.dense_in(x)))  # (b, n, f)
+        # inference: act fused into the GEMM (functional/dense.py); elsewhere F.linear, then act
+        hidden = self.inner_dropout(dense_module(self.dense_in, x, activation_name=self.act))  # (b, n, f)
         return self.dropout(dense_module(self.dense_out, hidden))  # (b, n, e)
 
     def block(self, x: torch.Tensor, norm: nn.LayerNorm, *, pre_norm: bool) -> torch.Tensor:
