@@ -10,8 +10,11 @@ against 19.4 ms, the (4096, 384) → 1152 q/k/v projection 16.9 against 18.8 ms.
 results differ by GEMM rounding only (≈ 4e-6 absolute at these widths in fp32).
 
 Only eagerly, without autograd, on CPU, in float32 or bfloat16 (the operands' dtype, or CPU autocast's, to
-which both are cast as autocast would): everywhere else (training, torch.compile, GPUs, float16/float64,
-a PyTorch built without oneDNN) ``F.linear`` and the activation run, which compute the same function.
+which both are cast as autocast would), and only in a dtype this CPU's oneDNN runs (``onednn.py`` probes
+it once: bf16 needs AVX-512 or AVX2-VNNI-2, so an AVX2-only CPU takes the plain path in bf16) while
+``torch.backends.mkldnn.enabled`` is on. Everywhere else (training, torch.compile, GPUs, float16/float64,
+a PyTorch built without oneDNN, a CPU or ``ONEDNN_MAX_CPU_ISA`` without the dtype's kernel)
+``F.linear`` and the activation run, which compute the same function.
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from nystrom.functional.amp import autocast_enabled
+from nystrom.functional.onednn import CANDIDATE_DTYPES, POST_OPS, linear_supports
 
-#: our activation names -> oneDNN's post-op (attr, algorithm)
-_POST_OPS = {None: ("none", ""), "gelu": ("gelu", "none"), "gelu_new": ("gelu", "tanh"), "relu": ("relu", "")}
-_FUSED_DTYPES = (torch.float32, torch.bfloat16)
+_POST_OPS = POST_OPS  # our activation names -> oneDNN's post-op (attr, algorithm)
 
 
 def activation(name: str | None, x: torch.Tensor) -> torch.Tensor:
@@ -40,26 +42,20 @@ def activation(name: str | None, x: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown activation {name!r}; expected one of 'gelu', 'gelu_new', 'relu'")
 
 
-def _onednn_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
-
-
-_ONEDNN = _onednn_available()
-
-
 def fused_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.dtype | None:
     """The dtype :func:`dense` runs oneDNN's fused kernel in for these operands, or None where it runs
     ``F.linear`` (see the module docstring). Under CPU autocast that is autocast's dtype: ``F.linear``
     would cast all three operands to it too; otherwise all three must share one dtype (a mismatch is left
-    to ``F.linear``'s error)."""
-    if not _ONEDNN or torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
+    to ``F.linear``'s error). None too where this CPU's oneDNN lacks the dtype (see ``onednn.py``)."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
         return None
     operands = (x, weight) if bias is None else (x, weight, bias)
     if autocast_enabled("cpu"):
         dtype = torch.get_autocast_dtype("cpu")
-        castable = all(t.dtype in _FUSED_DTYPES for t in operands)
-        return dtype if castable and dtype in _FUSED_DTYPES else None
-    return x.dtype if x.dtype in _FUSED_DTYPES and all(t.dtype == x.dtype for t in operands) else None
+        castable = all(t.dtype in CANDIDATE_DTYPES for t in operands)
+        return dtype if castable and linear_supports(dtype) else None
+    same = all(t.dtype == x.dtype for t in operands)
+    return x.dtype if same and linear_supports(x.dtype) else None
 
 
 def fuses(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
