@@ -13,7 +13,7 @@ import sys
 import torch
 
 from nystrom.attention import NystromAttention
-from nystrom.functional.onednn import linear_supports
+from nystrom.functional.onednn import linear_compute_dtype, linear_supports
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
 
 
@@ -74,6 +74,7 @@ def main() -> None:
     results = {
         "bf16_fused": linear_supports(torch.bfloat16),
         "fp32_fused": linear_supports(torch.float32),
+        "bf16_compute": str(linear_compute_dtype(torch.bfloat16)),
         "torch_bf16_flag": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cases": {},

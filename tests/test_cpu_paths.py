@@ -42,6 +42,7 @@ def test_avx2_limit_is_detected_and_matches_torch(avx2_run):
     assert avx2_run["cpu_capability"] == "AVX2"
     assert avx2_run["fp32_fused"] is O.built_with_linear()
     assert avx2_run["bf16_fused"] is False  # no bf16 inner product below AVX-512 / AVX2-VNNI-2
+    assert avx2_run["bf16_compute"] == ("torch.float32" if O.built_with_linear() else "None")
     assert avx2_run["torch_bf16_flag"] is False
 
 

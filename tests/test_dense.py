@@ -16,7 +16,7 @@ from nystrom.model import NystromformerConfig, NystromformerModel
 onednn = pytest.mark.skipif(
     not linear_supports(torch.float32), reason="no oneDNN fp32 linear on this build/CPU"
 )
-BF16_FUSED = linear_supports(torch.bfloat16)  # False on AVX2-only CPUs and under ONEDNN_MAX_CPU_ISA=AVX2
+FP32_FUSED = linear_supports(torch.float32)  # bf16 is fused wherever fp32 is: in fp32 on AVX2-only CPUs
 ACTS = [None, "gelu", "gelu_new", "relu"]
 
 
@@ -48,12 +48,12 @@ def test_fused_path_is_taken_and_equals_linear_then_activation(monkeypatch, act,
     torch.testing.assert_close(y.double(), _reference(x, w, b, act), rtol=1e-5, atol=1e-5)
 
 
-def test_bfloat16_matches_float64_reference_fused_or_not():
-    """Fused where this CPU's oneDNN has bf16 kernels, the plain path elsewhere: same values either way."""
+def test_bfloat16_matches_float64_reference():
+    """Fused in bf16 where this CPU's oneDNN has bf16 kernels, in fp32 rounded to bf16 elsewhere."""
     torch.manual_seed(0)
     x, w, b = torch.randn(64, 32), torch.randn(48, 32) * 0.2, torch.randn(48)
     with torch.no_grad():
-        assert fuses(x.bfloat16(), w.bfloat16(), b.bfloat16()) == BF16_FUSED
+        assert fuses(x.bfloat16(), w.bfloat16(), b.bfloat16()) == FP32_FUSED
         y = dense(x.bfloat16(), w.bfloat16(), b.bfloat16(), activation_name="gelu")
     assert y.dtype == torch.bfloat16
     ref = _reference(x.bfloat16().float(), w.bfloat16().float(), b.bfloat16().float(), "gelu")
@@ -76,7 +76,7 @@ def test_under_autocast_runs_in_autocast_dtype_like_linear():
     torch.manual_seed(0)
     x, w, b = torch.randn(2, 33, 32), torch.randn(48, 32) * 0.2, torch.randn(48)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        assert fused_dtype(x, w, b) == (torch.bfloat16 if BF16_FUSED else None)
+        assert fused_dtype(x, w, b) == (torch.bfloat16 if FP32_FUSED else None)
         y = dense(x, w, b, activation_name="gelu")
         ref = F.gelu(F.linear(x, w, b))  # autocast's own path: bf16 operands and result
     assert y.dtype == ref.dtype == torch.bfloat16 and y.shape == (2, 33, 48)
@@ -130,3 +130,32 @@ def test_model_inference_equals_the_aten_path(monkeypatch, attention):
     torch.testing.assert_close(fused[0], plain[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(fused[1, :30], plain[1, :30], rtol=1e-5, atol=1e-5)
     assert not torch.equal(fused, plain)  # the two paths did run different kernels
+
+
+@onednn
+@pytest.mark.parametrize("autocast", [False, True])
+def test_bfloat16_without_bf16_kernels_computes_in_float32(monkeypatch, autocast):
+    """As on an AVX2-only CPU: oneDNN runs fp32 only, so a bf16 linear is an fp32 GEMM rounded to bf16."""
+    import nystrom.functional.onednn as O
+
+    monkeypatch.setattr(O, "_probed", {torch.float32: True, torch.bfloat16: False})
+    seen = []
+    real = torch.ops.mkldnn._linear_pointwise
+
+    def spy(*args):
+        seen.append((args[0].dtype, args[1].dtype))
+        return real(*args)
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
+    torch.manual_seed(0)
+    x, w, b = torch.randn(3, 40, 32), torch.randn(48, 32) * 0.2, torch.randn(48)
+    if not autocast:
+        x, w, b = x.bfloat16(), w.bfloat16(), b.bfloat16()
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        assert O.linear_compute_dtype(torch.bfloat16) == torch.float32
+        y = dense(x, w, b, activation_name="gelu")
+    assert seen == [(torch.float32, torch.float32)] and y.dtype == torch.bfloat16 and y.shape == (3, 40, 48)
+    xb, wb, bb = (t.bfloat16().double() for t in (x, w, b))  # the operands as autocast rounds them
+    ref = _reference(xb, wb, bb, "gelu")
+    err = (y.double() - ref).abs().max().item()
+    assert err <= ref.abs().max().item() * 2**-8  # within bf16's rounding of the result alone

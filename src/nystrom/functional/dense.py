@@ -10,11 +10,11 @@ against 19.4 ms, the (4096, 384) → 1152 q/k/v projection 16.9 against 18.8 ms.
 results differ by GEMM rounding only (≈ 4e-6 absolute at these widths in fp32).
 
 Only eagerly, without autograd, on CPU, in float32 or bfloat16 (the operands' dtype, or CPU autocast's, to
-which both are cast as autocast would), and only in a dtype this CPU's oneDNN runs (``onednn.py`` probes
-it once: bf16 needs AVX-512 or AVX2-VNNI-2, so an AVX2-only CPU takes the plain path in bf16) while
-``torch.backends.mkldnn.enabled`` is on. Everywhere else (training, torch.compile, GPUs, float16/float64,
-a PyTorch built without oneDNN, a CPU or ``ONEDNN_MAX_CPU_ISA`` without the dtype's kernel)
-``F.linear`` and the activation run, which compute the same function.
+which both are cast as autocast would), while ``torch.backends.mkldnn.enabled`` is on. ``onednn.py`` probes
+once which dtypes this CPU's oneDNN runs: bf16 needs AVX-512 or AVX2-VNNI-2, so on an AVX2-only CPU a bf16
+linear computes in fp32 (bf16 operands are exact in fp32) and rounds its result to bf16, several times
+faster there than any bf16 GEMM. Everywhere else (training, torch.compile, GPUs, float16/float64, a
+PyTorch built without oneDNN) ``F.linear`` and the activation run, which compute the same function.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nystrom.functional.amp import autocast_enabled
-from nystrom.functional.onednn import CANDIDATE_DTYPES, POST_OPS, linear_supports
+from nystrom.functional.onednn import CANDIDATE_DTYPES, POST_OPS, linear_compute_dtype
 
 _POST_OPS = POST_OPS  # our activation names -> oneDNN's post-op (attr, algorithm)
 
@@ -46,16 +46,18 @@ def fused_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     """The dtype :func:`dense` runs oneDNN's fused kernel in for these operands, or None where it runs
     ``F.linear`` (see the module docstring). Under CPU autocast that is autocast's dtype: ``F.linear``
     would cast all three operands to it too; otherwise all three must share one dtype (a mismatch is left
-    to ``F.linear``'s error). None too where this CPU's oneDNN lacks the dtype (see ``onednn.py``)."""
+    to ``F.linear``'s error). bfloat16 is fused on every CPU whose oneDNN runs float32: where it has no
+    bf16 kernel (AVX2-only CPUs) the GEMM runs in float32 and its result is rounded to bfloat16
+    (:func:`~nystrom.functional.onednn.linear_compute_dtype`)."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
         return None
     operands = (x, weight) if bias is None else (x, weight, bias)
     if autocast_enabled("cpu"):
         dtype = torch.get_autocast_dtype("cpu")
         castable = all(t.dtype in CANDIDATE_DTYPES for t in operands)
-        return dtype if castable and linear_supports(dtype) else None
+        return dtype if castable and linear_compute_dtype(dtype) is not None else None
     same = all(t.dtype == x.dtype for t in operands)
-    return x.dtype if same and linear_supports(x.dtype) else None
+    return x.dtype if same and linear_compute_dtype(x.dtype) is not None else None
 
 
 def fuses(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -79,9 +81,11 @@ def dense(
     if dtype is None:
         return activation(activation_name, F.linear(x, weight, bias))
     attr, algorithm = _POST_OPS[activation_name]
-    rows = x.reshape(-1, x.shape[-1]).to(dtype)  # (r, i)
-    b = None if bias is None else bias.to(dtype)
-    y = torch.ops.mkldnn._linear_pointwise(rows, weight.to(dtype), b, attr, [], algorithm)  # (r, o)
+    compute = linear_compute_dtype(dtype)  # dtype, or float32 for bf16 on CPUs without bf16 kernels
+    rows = x.reshape(-1, x.shape[-1]).to(dtype).to(compute)  # (r, i): autocast's cast first, then compute's
+    b = None if bias is None else bias.to(dtype).to(compute)
+    w = weight.to(dtype).to(compute)  # (o, i)
+    y = torch.ops.mkldnn._linear_pointwise(rows, w, b, attr, [], algorithm).to(dtype)  # (r, o)
     return y.view(*x.shape[:-1], weight.shape[0])
 
 

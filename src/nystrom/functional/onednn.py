@@ -85,6 +85,21 @@ def linear_supports(dtype: torch.dtype) -> bool:
     return ok
 
 
+def linear_compute_dtype(dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype the fused linear computes a ``dtype`` result in on this CPU, or None where it cannot run.
+
+    ``dtype`` itself where :func:`linear_supports` it. For bfloat16 on a CPU whose oneDNN runs only float32
+    (AVX2 without VNNI-2, or ``ONEDNN_MAX_CPU_ISA`` below AVX-512): float32, the result rounded to bfloat16.
+    Why: there no bf16 GEMM kernel exists in oneDNN or ATen; a whole MiniLM-size model at 4096 tokens in
+    bf16 measured 7.5× slower than in fp32 (docs/cpu.md), while an fp32 GEMM of bf16 operands is exact
+    and its rounded result is within bf16's own rounding of the bf16 GEMM's. Never raises."""
+    if linear_supports(dtype):
+        return dtype
+    if dtype == torch.bfloat16 and linear_supports(torch.float32):
+        return torch.float32
+    return None
+
+
 def supported_dtypes() -> tuple[torch.dtype, ...]:
     """The dtypes :func:`linear_supports` accepts now (for reports and docs)."""
     return tuple(dt for dt in CANDIDATE_DTYPES if linear_supports(dt))
