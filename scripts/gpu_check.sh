@@ -24,14 +24,14 @@ LENGTHS=4096,16384,65536,131072
 for run in "bfloat16 fwd" "bfloat16 fwdbwd" "float16 fwd" "float32 fwd"; do
   set -- $run
   extra=(); [ "$2" = fwdbwd ] && extra=(--backward)
-  timeout 75 $PY -m nystrom.cli bench table1 --device cuda --dtype "$1" "${extra[@]}" --heads 8 --dim-head 64 \
+  timeout 75 $PY -m nystrom_lab.cli bench table1 --device cuda --dtype "$1" "${extra[@]}" --heads 8 --dim-head 64 \
     --lengths $LENGTHS --methods sdpa,nystrom-64,transformer --max-n 131072 --max-exact-n 131072 \
     --repeats 10 --budget 5 --no-markdown --out "$R/table1-$1-$2" 2>&1 | grep -v "it/s\]" | tail -15
   cp "$R/table1-$1-$2/"table1_*.csv "$OUT/table1_$1_$2.csv" 2>/dev/null
 done
 
 echo "== end to end: nystrom lra listops --preset quick --device cuda --precision bf16"
-timeout 100 $PY -m nystrom.cli lra listops --preset quick --device cuda --precision bf16 --out "$R/lra" --no-progress 2>&1 | tail -8
+timeout 100 $PY -m nystrom_lab.cli lra listops --preset quick --device cuda --precision bf16 --out "$R/lra" --no-progress 2>&1 | tail -8
 cp "$R/lra/results.json" "$OUT/lra_results.json" 2>/dev/null
 echo "GPUs: $($PY -c 'import torch; print(torch.cuda.device_count())') (a two-process torchrun run needs 2)"
 tar czf "$OUT/gpu_results.tar.gz" -C "$R" . 2>/dev/null

@@ -1,5 +1,6 @@
-"""The layout rules of the developers' guide, checked on the source: no import circles (every import
-statement counts, function-local and ``TYPE_CHECKING`` ones included) and no file over 300 lines."""
+"""The layout rules of the developers' guide, checked on the source of both packages (the library ``nystrom``
+and the lab ``nystrom_lab``): no import circles (every import statement counts, function-local and
+``TYPE_CHECKING`` ones included), the library never imports the lab, and no file over 300 lines."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_LINES = 300
+PACKAGES = ("nystrom", "nystrom_lab")
+LIBRARY_SUBPACKAGES = ("functional", "attention", "model", "compat")
 
 
 def modules() -> dict[str, Path]:
     out = {}
-    for path in sorted((SRC / "nystrom").rglob("*.py")):
+    for path in sorted(p for pkg in PACKAGES for p in (SRC / pkg).rglob("*.py")):
         parts = path.relative_to(SRC).with_suffix("").parts
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
@@ -74,6 +77,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_circles():
     found = cycles(import_graph())
     assert found == [], "modules importing each other in a loop: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_library_never_imports_the_lab():
+    graph = import_graph()
+    lab = {m: sorted(e for e in edges if e.split(".")[0] == "nystrom_lab") for m, edges in graph.items()
+           if m.split(".")[0] == "nystrom"}  # fmt: skip
+    assert {m: e for m, e in lab.items() if e} == {}
+    assert len(lab) > 40 and any(e.split(".")[0] == "nystrom" for m in graph if m.startswith("nystrom_lab") for e in graph[m])
+
+
+def test_library_folder_holds_only_library_code():
+    """functional/, attention/, model/, compat/ and small top-level modules; commands live in the lab."""
+    top = sorted(p.name for p in (SRC / "nystrom").iterdir() if not p.name.startswith(("__pycache__", ".")))
+    assert top == sorted(["__init__.py", *LIBRARY_SUBPACKAGES])
+    assert not [p for p in (SRC / "nystrom").rglob("*command*.py")]
+    assert not [p for p in (SRC / "nystrom").rglob("*.py") if "argparse" in p.read_text()]
 
 
 def test_the_checker_finds_a_circle():

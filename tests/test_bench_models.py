@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from nystrom.bench.models import MODELS, SIZES, child_main
-from nystrom.bench.models_run import add_ratios, floor_flops, render, run
+from nystrom_lab.bench.models import MODELS, SIZES, child_main
+from nystrom_lab.bench.models_run import add_ratios, floor_flops, render, run
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -83,7 +83,7 @@ def test_ratios_and_floor_by_hand():
 
 
 def test_the_command_refuses_other_suites_options_and_theirs_refuse_its(capsys):
-    from nystrom.cli import main
+    from nystrom_lab.cli import main
 
     assert main(["bench", "models", "--heads", "4"]) == 2
     assert "['--heads'] do not apply" in capsys.readouterr().err

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from nystrom.argtypes import UsageError
 from nystrom.attention import SoftmaxAttention
-from nystrom.bench import approx, table1
-from nystrom.bench.commands import register
+from nystrom_lab.argtypes import UsageError
+from nystrom_lab.bench import approx, table1
+from nystrom_lab.bench.commands import register
 
 
 def _row(method, n, mb, ms):
@@ -130,7 +130,7 @@ def test_case_server_forks_every_case_from_one_worker(monkeypatch):
     import subprocess
     from pathlib import Path
 
-    from nystrom.bench.forkserver import CaseServer
+    from nystrom_lab.bench.forkserver import CaseServer
 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])  # this file too
@@ -155,13 +155,13 @@ def test_case_server_forks_every_case_from_one_worker(monkeypatch):
 def test_forked_case_measures_memory_as_a_fresh_process():
     """The worker's mapped library pages are mapped again in a forked case: without that, this case's
     peak read 12.9 MB forked vs 9.8 MB in a fresh interpreter (code pages faulted in again)."""
-    from nystrom.bench.common import run_child
-    from nystrom.bench.forkserver import CaseServer
-    from nystrom.bench.table1_case import case_args
+    from nystrom_lab.bench.common import run_child
+    from nystrom_lab.bench.forkserver import CaseServer
+    from nystrom_lab.bench.table1_case import case_args
 
     case = {"method": "nystrom-32", "n": 128, "batch": 1, "heads": 2, "dim_head": 8, "dtype": "float32"}
     case |= {"device": "cpu", "backward": False, "repeats": 1, "budget": 0.5, "threads": 0}
-    fresh = run_child("nystrom.bench.table1_case", ["nystrom-32", "128", *case_args(case)], timeout_s=300)
+    fresh = run_child("nystrom_lab.bench.table1_case", ["nystrom-32", "128", *case_args(case)], timeout_s=300)
     with CaseServer(table1._TARGET, threads=torch.get_num_threads()) as server:
         forked = [server.run(case, timeout_s=300)["peak_mb"] for _ in range(2)]
     assert all(abs(f - fresh["peak_mb"]) < 1.0 for f in forked), (fresh, forked)
@@ -244,7 +244,7 @@ def test_commands_parse_and_reject_foreign_options():
 
 
 def test_training_bench_quick_writes_tables_plot_and_ratios(tmp_path):
-    from nystrom.bench import training
+    from nystrom_lab.bench import training
 
     md = tmp_path / "benchmarks.md"
     args = _parse(["bench", "training", "--quick", "--out", str(tmp_path)])
@@ -296,7 +296,7 @@ def test_malloc_cached_reuses_mapped_memory(monkeypatch):
     import subprocess
     import sys
 
-    from nystrom.bench.common import MALLOC, allocator_info, malloc_env
+    from nystrom_lab.bench.common import MALLOC, allocator_info, malloc_env
 
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     faults = {}
@@ -314,7 +314,7 @@ def test_malloc_cached_reuses_mapped_memory(monkeypatch):
 
 
 def test_training_floor_counts_projections_core_conv_and_pinv():
-    from nystrom.bench.training import floor_ms
+    from nystrom_lab.bench.training import floor_ms
 
     n, e = 4096, 512
     for m in (64, 256):

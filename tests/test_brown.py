@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nystrom.cli import main as cli_main
-from nystrom.data import brown
-from nystrom.data.brown import detokenize, parse_brown, read_brown_documents
-from nystrom.data.files import DataFileError
-from nystrom.data.text import iter_documents
+from nystrom_lab.cli import main as cli_main
+from nystrom_lab.data import brown
+from nystrom_lab.data.brown import detokenize, parse_brown, read_brown_documents
+from nystrom_lab.data.files import DataFileError
+from nystrom_lab.data.text import iter_documents
 
 FIXTURE = Path(__file__).parent / "fixtures" / "brown"
 EXPECTED = """\
@@ -105,8 +105,8 @@ def test_fuzz_any_text_parses_or_raises_data_file_error(text):
 
 
 def test_genre_tables_split_stratified_and_read_back(tmp_path, capsys):
-    from nystrom.data.brown_genres import GENRES, split_of
-    from nystrom.data.tables import read_table
+    from nystrom_lab.data.brown_genres import GENRES, split_of
+    from nystrom_lab.data.tables import read_table
 
     src = tmp_path / "src"
     src.mkdir()
@@ -130,7 +130,7 @@ def test_genre_tables_split_stratified_and_read_back(tmp_path, capsys):
 
 
 def test_genre_tables_refuse_an_unknown_genre_letter(tmp_path):
-    from nystrom.data.brown_genres import genre_rows
+    from nystrom_lab.data.brown_genres import genre_rows
 
     (tmp_path / "ci01").write_text("The/at end/nn ./.\n")
     with pytest.raises(ValueError, match="genre letter 'i' is not one of Brown's"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nystrom.cli import main
+from nystrom_lab.cli import main
 
 
 @pytest.fixture(autouse=True)
@@ -125,7 +125,7 @@ def _failing_demo(monkeypatch, err: BaseException) -> None:
     def demo(*, quick: bool) -> int:
         raise err
 
-    monkeypatch.setattr("nystrom.demo.main", demo)
+    monkeypatch.setattr("nystrom_lab.demo.main", demo)
 
 
 @pytest.mark.parametrize(
@@ -199,8 +199,8 @@ def test_options_that_do_not_go_together_are_a_usage_error_with_the_commands_hel
 def test_the_approx_ranges_are_those_of_the_bundled_minilm():
     import json
 
-    from nystrom.bench.commands import MINILM_HEADS, MINILM_LAYERS
     from nystrom.model import minilm_path
+    from nystrom_lab.bench.commands import MINILM_HEADS, MINILM_LAYERS
 
     cfg = json.loads((minilm_path() / "config.json").read_text())
     assert (cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (MINILM_LAYERS, MINILM_HEADS)

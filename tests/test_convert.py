@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import transformers
 
-from nystrom.cli import main
 from nystrom.model import minilm_path
+from nystrom_lab.cli import main
 
 transformers.logging.set_verbosity_error()
 

@@ -83,7 +83,7 @@ def test_bad_targets_and_shapes_raise():
 
 def test_masked_token_loss_is_the_mean_of_per_example_means():
     from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
-    from nystrom.tasks.pretrain_mlm import masked_token_loss
+    from nystrom_lab.text.mlm import masked_token_loss
 
     torch.manual_seed(3)
     cfg = NystromformerConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

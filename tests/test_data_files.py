@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from nystrom.data import DataFileError
-from nystrom.data.files import path_inside
-from nystrom.data.glue import load_glue_file, load_imdb_reviews, read_tsv
-from nystrom.data.text import (
+from nystrom_lab.data import DataFileError
+from nystrom_lab.data.files import path_inside
+from nystrom_lab.data.glue import load_glue_file, load_imdb_reviews, read_tsv
+from nystrom_lab.data.text import (
     TokenizedCorpus,
     build_token_cache,
     iter_documents,

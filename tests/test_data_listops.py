@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from nystrom.data import DataFileError
-from nystrom.data.lra.listops import (
+from nystrom_lab.data import DataFileError
+from nystrom_lab.data.lra.listops import (
     OPERATORS,
     ListOpsConfig,
     apply_operator,
@@ -19,9 +19,9 @@ from nystrom.data.lra.listops import (
     sample_tree,
     write_listops_tsv,
 )
-from nystrom.data.lra.listops_eval import evaluate_listops
-from nystrom.data.lra.loaders import load_listops, load_listops_file
-from nystrom.data.lra.tokenize import (
+from nystrom_lab.data.lra.listops_eval import evaluate_listops
+from nystrom_lab.data.lra.loaders import load_listops, load_listops_file
+from nystrom_lab.data.lra.tokenize import (
     LISTOPS_VOCAB,
     LISTOPS_VOCAB_SIZE,
     decode_listops,

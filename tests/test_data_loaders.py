@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-from nystrom.data import DataFileError
-from nystrom.data.lra.cifar import cifar_to_grey, load_cifar10, read_cifar_batch
-from nystrom.data.lra.commands import register
-from nystrom.data.lra.listops import read_listops_tsv
-from nystrom.data.lra.listops_eval import evaluate_listops
-from nystrom.data.lra.loaders import load_aan, load_imdb
-from nystrom.data.lra.pathfinder_io import read_metadata
-from nystrom.data.lra.tokenize import decode_bytes, encode_bytes
+from nystrom_lab.data import DataFileError
+from nystrom_lab.data.lra.cifar import cifar_to_grey, load_cifar10, read_cifar_batch
+from nystrom_lab.data.lra.commands import register
+from nystrom_lab.data.lra.listops import read_listops_tsv
+from nystrom_lab.data.lra.listops_eval import evaluate_listops
+from nystrom_lab.data.lra.loaders import load_aan, load_imdb
+from nystrom_lab.data.lra.pathfinder_io import read_metadata
+from nystrom_lab.data.lra.tokenize import decode_bytes, encode_bytes
 
 
 def _imdb(root: Path) -> Path:

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from nystrom.data import DataFileError
-from nystrom.data.lra.pathfinder import PathfinderConfig
-from nystrom.data.lra.pathfinder_io import generate_pathfinder, load_pathfinder, read_metadata
-from nystrom.data.lra.pathfinder_sample import sample_pathfinder
-from nystrom.data.lra.png import read_png, write_png
+from nystrom_lab.data import DataFileError
+from nystrom_lab.data.lra.pathfinder import PathfinderConfig
+from nystrom_lab.data.lra.pathfinder_io import generate_pathfinder, load_pathfinder, read_metadata
+from nystrom_lab.data.lra.pathfinder_sample import sample_pathfinder
+from nystrom_lab.data.lra.png import read_png, write_png
 
 
 @pytest.fixture(scope="module")
@@ -314,8 +314,8 @@ def _joined(drawn: np.ndarray, a: tuple[int, int], b: tuple[int, int], reach: in
 
 @pytest.mark.parametrize("length", [6, 14])
 def test_marker_tips_are_the_two_ends_of_one_target(length: int) -> None:
-    from nystrom.data.lra.pathfinder import _Canvas
-    from nystrom.data.lra.pathfinder_sample import _two_snakes
+    from nystrom_lab.data.lra.pathfinder import _Canvas
+    from nystrom_lab.data.lra.pathfinder_sample import _two_snakes
 
     cfg, rng, checked = PathfinderConfig(contour_length=length), np.random.default_rng(0), 0
     while checked < 5:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nystrom.data.glue import encode_pair, load_glue_file, load_imdb_reviews, load_task, read_tsv
-from nystrom.tasks.finetune import FinetuneRun, make_step
-from nystrom.tasks.text_commands import main
-from nystrom.training.metrics import check_metric, single_label_metrics
+from nystrom_lab.cli import run_command as main
+from nystrom_lab.data.glue import encode_pair, load_glue_file, load_imdb_reviews, load_task, read_tsv
+from nystrom_lab.text.finetune import FinetuneRun, make_step
+from nystrom_lab.training.metrics import check_metric, single_label_metrics
 from tiny_text import FIX, tiny_text_setup
 
 GLUE, IMDB = FIX / "glue", FIX / "aclImdb"
@@ -86,7 +86,7 @@ def test_f1_against_a_hand_computed_example():
 
 
 def test_pair_encoding_truncates_longest_first(setup):
-    from nystrom.data.text import load_tokenizer
+    from nystrom_lab.data.text import load_tokenizer
 
     tok = load_tokenizer(setup / "tokenizer.json")
     ids, types = encode_pair(list(range(10, 20)), [7, 8, 9], tok, 10)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from nystrom.cli import main as cli_main
-from nystrom.tasks.predict import load_classifier, predict_texts
+from nystrom_lab.cli import main as cli_main
+from nystrom_lab.text.predict import load_classifier, predict_texts
 from tiny_text import tiny_text_setup
 
 POS = ["the train reached the coast", "every token looks at attention", "the child counted the cows"]
@@ -145,7 +145,7 @@ def test_predict_on_a_folder_that_is_no_model_says_so(tmp_path, capsys):
 def test_the_issues_bare_command_defaults_to_minilm_and_a_runs_folder(tiny, monkeypatch, tmp_path):
     """`nystrom finetune --train-file train.csv --validation-file dev.csv --text-column text --label-column
     label`, exactly: the bundled MiniLM is the starting point and runs/finetune/train the output."""
-    import nystrom.tasks.finetune as ft
+    import nystrom_lab.text.finetune as ft
 
     seen = []
     monkeypatch.setattr(ft, "run_finetune", lambda run, progress: seen.append(run) or {"loop": {}})
@@ -174,7 +174,7 @@ def test_long_documents_from_a_converted_model_report_their_truncation(tiny, tmp
                      "--validation-file", str(tmp_path / "docs.csv"), "--max-length", "128", "--epochs", "1",
                      "--batch-size", "4", "--out", str(out), "--no-progress", "--device", "cpu"])  # fmt: skip
     assert code == 0
-    from nystrom.data.text import load_tokenizer
+    from nystrom_lab.data.text import load_tokenizer
 
     lengths = [2 + len(ids) for ids in load_tokenizer(tiny / "tokenizer.json").encode([t for t, _ in docs])]
     cut = sum(n > 128 for n in lengths)

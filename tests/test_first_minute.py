@@ -1,6 +1,6 @@
-"""The first minute: the command line answers (help, usage errors) without importing torch or transformers,
-``import nystrom`` loads nothing heavy, and transformers' Auto classes still find our models whichever of
-the two packages is imported first."""
+"""The first minute: the command line answers (help, usage errors) without importing torch, transformers or
+the library; ``import nystrom`` is plain (no import hooks, no lab module) and registers our models with
+transformers' Auto classes and ``attn_implementation="nystrom"``, whichever of the two is imported first."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "transformers", "numpy")
+HEAVY = ("torch", "transformers", "numpy", "nystrom")
 
 
 def run_python(code: str) -> dict:
@@ -21,8 +21,9 @@ def run_python(code: str) -> dict:
 
 
 CLI = """
-import contextlib, io, json, sys
-from nystrom.cli import main
+import contextlib, io, json, sys, time
+t0 = time.perf_counter()
+from nystrom_lab.cli import main
 out, err = io.StringIO(), io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     code = main({argv!r})
@@ -45,33 +46,34 @@ print(json.dumps({{"code": code, "err": err.getvalue(), "out": out.getvalue()[:2
     ],
 )
 def test_help_and_usage_errors_load_no_heavy_package(argv, code, text):
-    res = run_python(CLI.format(argv=argv, heavy=HEAVY[:2]))
+    res = run_python(CLI.format(argv=argv, heavy=HEAVY))
     assert res["code"] == code and text in res["err"]
     assert res["loaded"] == [], f"`nystrom {' '.join(argv)}` imported {res['loaded']}"
 
 
-def test_import_nystrom_is_light_and_registers_when_transformers_loads(tmp_path):
+def test_import_nystrom_is_plain_and_registers_with_transformers(tmp_path):
     code = f"""
 import json, sys
+hooks = list(sys.meta_path)
 import nystrom
-light = [m for m in {HEAVY!r} if m in sys.modules]
-from transformers import AutoConfig, AutoModelForMaskedLM, AutoModel
+new_hooks = [repr(h) for h in sys.meta_path if h not in hooks]
+lab = sorted(m for m in sys.modules if m.split(".")[0] == "nystrom_lab")
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoModel, AttentionInterface
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 cfg = AutoConfig.for_model("nystrom-nystromformer", vocab_size=20, hidden_size=8, num_attention_heads=2,
                            intermediate_size=8, num_hidden_layers=1)
-before = repr(MODEL_FOR_MASKED_LM_MAPPING[type(cfg)])
-stack_loaded = "nystrom.model.modeling_heads" in sys.modules
 model = AutoModelForMaskedLM.from_config(cfg)
 model.save_pretrained({str(tmp_path / "m")!r})
 again = AutoModel.from_pretrained({str(tmp_path / "m")!r})
-print(json.dumps({{"light": light, "before": before, "stack_loaded": stack_loaded, "model": type(model).__name__,
-                  "again": type(again).__name__, "after": repr(MODEL_FOR_MASKED_LM_MAPPING[type(cfg)])}}))
+print(json.dumps({{"new_hooks": new_hooks, "lab": lab, "model": type(model).__name__,
+                  "again": type(again).__name__, "mapped": repr(MODEL_FOR_MASKED_LM_MAPPING[type(cfg)]),
+                  "attn": "nystrom" in AttentionInterface._global_mapping}}))
 """
     res = run_python(code)
-    assert res["light"] == []
-    assert not res["stack_loaded"] and res["before"].startswith("<lazy ")  # a stand-in until first use
+    assert res["new_hooks"] == [] and res["lab"] == []
     assert res["model"] == "NystromformerForMaskedLM" and res["again"] == "NystromformerModel"
-    assert res["after"] == "<class 'nystrom.model.modeling_heads.NystromformerForMaskedLM'>"
+    assert res["mapped"] == "<class 'nystrom.model.modeling_heads.NystromformerForMaskedLM'>"
+    assert res["attn"] is True
 
 
 def test_registration_when_transformers_is_imported_first():
@@ -88,11 +90,17 @@ print(json.dumps({"cls": type(AutoModelForSequenceClassification.from_config(cfg
     assert run_python(code)["cls"] == "NystromformerForSequenceClassification"
 
 
-def test_lazy_names_resolve_and_unknown_names_raise():
+def test_public_names_and_import_paths():
     import nystrom
+    import nystrom.attention
+    import nystrom.compat.lucidrains
+    import nystrom.functional
+    import nystrom.model
 
-    assert "NystromformerModel" in dir(nystrom) and "to_long" in nystrom.__all__
-    assert nystrom.NystromAttention.__module__ == "nystrom.attention.nystrom"
-    assert nystrom.functional.__name__ == "nystrom.functional"
-    with pytest.raises(AttributeError, match="no attribute 'bogus'"):
+    assert set(nystrom.__all__) <= set(dir(nystrom)) and "to_long" in nystrom.__all__
+    assert nystrom.NystromAttention is nystrom.attention.NystromAttention
+    assert nystrom.nystrom_attention is nystrom.functional.nystrom_attention
+    assert nystrom.NystromformerModel is nystrom.model.NystromformerModel
+    assert nystrom.compat.lucidrains.NystromAttention.__module__ == "nystrom.compat.lucidrains"
+    with pytest.raises(AttributeError, match="bogus"):
         _ = nystrom.bogus

@@ -19,14 +19,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nystrom.data import DataFileError
-from nystrom.data.glue import load_glue_file, load_imdb_reviews
-from nystrom.data.lra.cifar import read_cifar_batch
-from nystrom.data.lra.listops import write_listops_tsv
-from nystrom.data.lra.loaders import load_aan, load_imdb, load_listops_file
-from nystrom.data.lra.pathfinder_io import load_pathfinder, read_metadata
-from nystrom.data.lra.png import read_png, write_png
-from nystrom.data.text import (
+from nystrom_lab.data import DataFileError
+from nystrom_lab.data.glue import load_glue_file, load_imdb_reviews
+from nystrom_lab.data.lra.cifar import read_cifar_batch
+from nystrom_lab.data.lra.listops import write_listops_tsv
+from nystrom_lab.data.lra.loaders import load_aan, load_imdb, load_listops_file
+from nystrom_lab.data.lra.pathfinder_io import load_pathfinder, read_metadata
+from nystrom_lab.data.lra.png import read_png, write_png
+from nystrom_lab.data.text import (
     TokenizedCorpus,
     build_token_cache,
     iter_documents,

@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 from nystrom.functional import nystrom_attention, softmax_attention
-from nystrom.training import train
-from nystrom.training.checkpoint import load_checkpoint
+from nystrom_lab.training import train
+from nystrom_lab.training.checkpoint import load_checkpoint
 from toy_task import ToyModel, config, make_task
 
 from oracle import nystrom_oracle, rel_err, right_pad_mask, softmax_oracle

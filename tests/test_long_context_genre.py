@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from nystrom.tasks.long_context_genre import (
+from nystrom_lab.long_context.genre import (
     finetune_args,
     genre_report,
     mcnemar_exact,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
-from nystrom.tasks.long_context import LongContextRun
-from nystrom.tasks.long_context_report import probe, table
+from nystrom_lab.long_context.experiment import LongContextRun
+from nystrom_lab.long_context.report import probe, table
 
 
 def test_probe_runs_both_ways_and_table_lists_the_lean_row(tmp_path):

@@ -12,10 +12,10 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from nystrom.cli import main as cli_main
 from nystrom.model import CheckpointError, NystromformerForMaskedLM, source_length, to_long
-from nystrom.tasks.text_commands import main as text_main
-from nystrom.tasks.text_models import load_folder
+from nystrom_lab.cli import main as cli_main
+from nystrom_lab.cli import run_command as text_main
+from nystrom_lab.text.models import load_folder
 
 transformers.logging.set_verbosity_error()
 SMALL = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -133,7 +133,7 @@ def test_errors_name_the_file_before_any_weight_is_read(tmp_path):
 
 
 def test_cli_convert_long_writes_a_folder_with_its_tokenizer(tmp_path, capsys):
-    from nystrom.data.text import train_wordpiece
+    from nystrom_lab.data.text import train_wordpiece
 
     _, folder = bert(tmp_path, cls=transformers.BertModel)
     corpus = tmp_path / "c.txt"

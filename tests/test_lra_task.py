@@ -10,9 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_model
 
-from nystrom.argtypes import UsageError
 from nystrom.model import NystromformerForDualSequenceClassification, NystromformerForSequenceClassification
-from nystrom.tasks.lra import (
+from nystrom_lab.argtypes import UsageError
+from nystrom_lab.lra.commands import register
+from nystrom_lab.lra.experiment import (
     LRARun,
     MissingDataError,
     build_model,
@@ -22,8 +23,7 @@ from nystrom.tasks.lra import (
     run_lra,
     train_config,
 )
-from nystrom.tasks.lra_commands import register
-from nystrom.tasks.lra_presets import SCHEDULES, TASKS
+from nystrom_lab.lra.presets import SCHEDULES, TASKS
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -243,7 +243,7 @@ def test_missing_data_folder_is_a_clear_error(tmp_path, capsys):
 # ---------------------------------------------------------------- trimmed batches, sorted evaluation
 @pytest.mark.parametrize("pool_padding", [False, True])
 def test_trimmed_batches_give_the_same_logits(pool_padding):
-    from nystrom.data.lra.collate import collate_single
+    from nystrom_lab.data.lra.collate import collate_single
 
     torch.manual_seed(0)
     run = LRARun(task="listops", attention="nystrom-8", max_length=96, pool_padding=pool_padding)
@@ -261,8 +261,8 @@ def test_trimmed_batches_give_the_same_logits(pool_padding):
 
 
 def test_full_evaluation_is_length_sorted_and_order_invariant():
-    from nystrom.training import Task, TrainConfig, evaluate
-    from nystrom.training.loop import _eval_order
+    from nystrom_lab.training import Task, TrainConfig, evaluate
+    from nystrom_lab.training.loop import _eval_order
 
     class Lengths(list):
         lengths = (5, 1, 3, 1)

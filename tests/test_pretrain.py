@@ -10,13 +10,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from nystrom.data.text import train_wordpiece
 from nystrom.model import NystromformerConfig, NystromformerForPreTraining
-from nystrom.tasks.pretrain import PretrainRun, build_model, run_pretrain
-from nystrom.tasks.pretrain_compare import compare_runs
-from nystrom.tasks.text_commands import main
-from nystrom.tasks.text_models import parse_attention
-from nystrom.training.logging import read_metrics
+from nystrom_lab.cli import run_command as main
+from nystrom_lab.data.text import train_wordpiece
+from nystrom_lab.text.figure5 import compare_runs
+from nystrom_lab.text.models import parse_attention
+from nystrom_lab.text.pretrain import PretrainRun, build_model, run_pretrain
+from nystrom_lab.training.logging import read_metrics
 
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -112,11 +112,11 @@ def test_ddp_two_processes_equals_one_process(setup, tmp_path, free_port):
     one, two = tmp_path / "one", tmp_path / "two"
     # batch 4: the 5 dev examples make 2 evaluation batches, one per process
     extra = ("--steps", "4", "--lr", "1e-3", "--eval-every", "2", "--batch-size", "4")
-    cmd = [sys.executable, "-m", "nystrom.tasks.text_commands"]
+    cmd = [sys.executable, "-m", "nystrom_lab.text.pretrain_commands"]
     subprocess.run([*cmd, *_args(setup, one, *extra)], check=True, env=ENV, capture_output=True)
     ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port}", "-m"]
     proc = subprocess.run(
-        [*ddp, "nystrom.tasks.text_commands", *_args(setup, two, *extra)],
+        [*ddp, "nystrom_lab.text.pretrain_commands", *_args(setup, two, *extra)],
         env=ENV,
         capture_output=True,
         text=True,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nystrom.cli import main as cli_main
-from nystrom.tasks.pretrain_compare import CompareRun, wall_time
+from nystrom_lab.cli import main as cli_main
+from nystrom_lab.text.figure5 import CompareRun, wall_time
 
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
 VARIANTS = ["softmax", "nystrom-8", "linformer-16", "linear"]
@@ -78,7 +78,7 @@ def test_wall_time_sums_resumed_segments():
 
 
 def test_median_step_time_ignores_pauses_and_resumed_clocks():
-    from nystrom.tasks.pretrain_compare import median_step_time
+    from nystrom_lab.text.figure5 import median_step_time
 
     recs = [
         {"step": 10, "time": 2.0}, {"step": 20, "time": 4.0}, {"step": 30, "time": 6.0},

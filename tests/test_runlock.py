@@ -16,9 +16,9 @@ import torch
 import transformers
 
 import nystrom
-from nystrom.cli import main
-from nystrom.training import train
-from nystrom.training.runlock import LOCK_NAME, RECORD_NAME, RunFolderInUseError, hold_run_folder
+from nystrom_lab.cli import main
+from nystrom_lab.training import train
+from nystrom_lab.training.runlock import LOCK_NAME, RECORD_NAME, RunFolderInUseError, hold_run_folder
 from toy_task import config, make_task
 
 ENV = {
@@ -27,7 +27,7 @@ ENV = {
     "OMP_NUM_THREADS": "1",
 }
 HOLD = (
-    "import sys\nfrom nystrom.training.runlock import hold_run_folder\n"
+    "import sys\nfrom nystrom_lab.training.runlock import hold_run_folder\n"
     "with hold_run_folder(sys.argv[1]):\n    print('held', flush=True)\n    sys.stdin.read()\n"
 )
 
@@ -193,8 +193,8 @@ def test_the_run_record_holds_configuration_seed_versions_and_command_line(tmp_p
 
 
 def test_the_run_record_of_a_model_with_a_config_holds_it(tmp_path):
-    from nystrom.tasks.lra import LRARun, train_config
-    from nystrom.tasks.lra import make_task as lra_task
+    from nystrom_lab.lra.experiment import LRARun, train_config
+    from nystrom_lab.lra.experiment import make_task as lra_task
 
     run = LRARun(
         task="listops", preset="quick", listops_sizes=(12, 4, 4), steps=2, batch_size=4, out=tmp_path

@@ -6,7 +6,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nystrom.data.tables import LabelSpec, TableError, encode_labels, infer_labels, read_table, table_examples
+from nystrom_lab.data.tables import (
+    LabelSpec,
+    TableError,
+    encode_labels,
+    infer_labels,
+    read_table,
+    table_examples,
+)
 
 # examples per test: the conftest profile (HYPOTHESIS_PROFILE=ci, the default, or long)
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

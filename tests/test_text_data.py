@@ -6,14 +6,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nystrom.data.text import build_token_cache, load_tokenizer, train_wordpiece
-from nystrom.data.text_pretrain import (
+from nystrom.model import minilm_path
+from nystrom_lab.data.text import build_token_cache, load_tokenizer, train_wordpiece
+from nystrom_lab.data.text_pretrain import (
     PretrainingDataset,
     build_instances,
     mask_tokens,
     split_documents,
 )
-from nystrom.model import minilm_path
 
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
 FILES = sorted(CORPUS.glob("*.txt"))

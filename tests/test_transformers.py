@@ -11,7 +11,6 @@ import torch
 import transformers
 
 import nystrom.model.layers as layers
-from nystrom.data.text import train_wordpiece
 from nystrom.model import (
     AUTO_CLASSES,
     NystromformerConfig,
@@ -23,6 +22,7 @@ from nystrom.model import (
     NystromformerModel,
     save_tokenizer,
 )
+from nystrom_lab.data.text import train_wordpiece
 
 transformers.logging.set_verbosity_error()
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nystrom.data.text import train_wordpiece
 from nystrom.model import NystromformerConfig
+from nystrom_lab.data.text import train_wordpiece
 
 FIX = Path(__file__).parent / "fixtures" / "text"
 

@@ -14,7 +14,7 @@ import sys
 import torch
 from torch import nn
 
-from nystrom.training import Task, TrainConfig, shutdown_distributed, train
+from nystrom_lab.training import Task, TrainConfig, shutdown_distributed, train
 
 
 class ToyModel(nn.Module):

@@ -1,51 +1,51 @@
 """nystrom: the Nyströmformer (Xiong et al., AAAI 2021) — O(n) Nyström self-attention for PyTorch.
 
-``import nystrom`` imports nothing heavy: each public name loads its submodule (and torch/transformers)
-on first use. Our models are registered with transformers' Auto classes as soon as transformers loads
-them (see :mod:`nystrom._registration`), so ``AutoModel*.from_pretrained`` and ``pipeline`` read our folders.
+The library: ``nystrom.functional`` (pure tensor maths), ``nystrom.attention`` (modules behind one
+interface and a registry), ``nystrom.model`` (transformers models) and ``nystrom.compat`` (drop-ins for
+lucidrains' ``nystrom-attention`` and transformers' attention interface). ``import nystrom`` imports torch
+and transformers, registers our models with transformers' Auto classes (``AutoModel*.from_pretrained`` and
+``pipeline`` read our folders) and registers ``attn_implementation="nystrom"`` for transformers models
+that use its attention interface (BERT, RoBERTa, ViT, ...). The experiments, benchmarks and the
+``nystrom`` command line live in the separate package ``nystrom_lab``, which this one never imports.
 """
 
-from typing import TYPE_CHECKING
-
-from nystrom import _registration
-from nystrom._lazy import lazy_attributes
+from nystrom import functional
+from nystrom.attention import REGISTRY, NystromAttention, SoftmaxAttention
+from nystrom.compat import hf_attention  # registers attn_implementation="nystrom" with transformers
+from nystrom.functional import nystrom_attention, segment_means, softmax_attention
+from nystrom.model import (
+    NystromformerConfig,
+    NystromformerForMaskedLM,
+    NystromformerForSequenceClassification,
+    NystromformerModel,
+    convert_legacy_checkpoint,
+    from_bert,
+    from_hf,
+    from_roberta,
+    to_hf,
+    to_long,
+)
 
 __version__ = "0.1.0"
 
-_MODEL = "nystrom.model"
-_NAMES = {
-    "functional": "nystrom.functional",
-    "REGISTRY": "nystrom.attention",
-    "NystromAttention": "nystrom.attention",
-    "SoftmaxAttention": "nystrom.attention",
-    "nystrom_attention": "nystrom.functional",
-    "segment_means": "nystrom.functional",
-    "softmax_attention": "nystrom.functional",
-    **dict.fromkeys(
-        ("NystromformerConfig", "NystromformerForMaskedLM", "NystromformerForSequenceClassification",
-         "NystromformerModel", "convert_legacy_checkpoint", "from_bert", "from_hf", "from_roberta", "to_hf",
-         "to_long"),
-        _MODEL,
-    ),
-}  # fmt: skip
-__getattr__, __dir__ = lazy_attributes(__name__, _NAMES)
-__all__ = sorted([*_NAMES, "__version__"])
-
-_registration.install()
-
-if TYPE_CHECKING:  # what the lazy names are, for type checkers and IDEs
-    from nystrom import functional
-    from nystrom.attention import REGISTRY, NystromAttention, SoftmaxAttention
-    from nystrom.functional import nystrom_attention, segment_means, softmax_attention
-    from nystrom.model import (
-        NystromformerConfig,
-        NystromformerForMaskedLM,
-        NystromformerForSequenceClassification,
-        NystromformerModel,
-        convert_legacy_checkpoint,
-        from_bert,
-        from_hf,
-        from_roberta,
-        to_hf,
-        to_long,
-    )
+__all__ = [
+    "REGISTRY",
+    "NystromAttention",
+    "NystromformerConfig",
+    "NystromformerForMaskedLM",
+    "NystromformerForSequenceClassification",
+    "NystromformerModel",
+    "SoftmaxAttention",
+    "__version__",
+    "convert_legacy_checkpoint",
+    "from_bert",
+    "from_hf",
+    "from_roberta",
+    "functional",
+    "hf_attention",
+    "nystrom_attention",
+    "segment_means",
+    "softmax_attention",
+    "to_hf",
+    "to_long",
+]

@@ -1,8 +1,8 @@
 import json, sys, torch
 from pathlib import Path
 from safetensors.torch import load_file
-from nystrom.tasks.lra import LRARun, make_task
-from nystrom.data.lra.collate import collate_single
+from nystrom_lab.lra.experiment import LRARun, make_task
+from nystrom_lab.data.lra.collate import collate_single
 out = Path("experiments/listops-nystrom-64-seed0")
 run = LRARun(task="listops", attention="nystrom-64", seed=0, eval_every=250, bf16=True, out=out)
 task = make_task(run, out)

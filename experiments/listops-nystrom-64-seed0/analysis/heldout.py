@@ -1,9 +1,9 @@
 import csv, json, sys, torch
 from pathlib import Path
 from safetensors.torch import load_file
-from nystrom.tasks.lra import LRARun, make_task
-from nystrom.data.lra.collate import collate_single
-from nystrom.data.lra import load_listops
+from nystrom_lab.lra.experiment import LRARun, make_task
+from nystrom_lab.data.lra.collate import collate_single
+from nystrom_lab.data.lra.loaders import load_listops
 csv.field_size_limit(10**8)
 out = Path("experiments/listops-nystrom-64-seed0")
 run = LRARun(task="listops", attention="nystrom-64", seed=0, eval_every=250, bf16=True, out=out)

@@ -2,58 +2,87 @@
 
 Legend: b batch, n tokens, e hidden size, v vocabulary, c classes.
 
-``import nystrom`` registers :class:`NystromformerConfig` (model_type ``"nystrom-nystromformer"``) and every
-head with transformers' Auto classes (when transformers loads them: :mod:`nystrom._registration`), so
-``AutoConfig``, ``AutoModel``, ``AutoModelForMaskedLM``, ``AutoModelForPreTraining``,
-``AutoModelForSequenceClassification``, ``AutoModelForTokenClassification``, ``AutoModelForQuestionAnswering``
-and ``AutoModelForMultipleChoice`` load our folders, and ``Trainer``/``pipeline`` run on them. The names
-below load their modules on first use.
+Importing this package registers :class:`NystromformerConfig` (model_type ``"nystrom-nystromformer"``) and
+every head with transformers' Auto classes, as flash-linear-attention registers its models: ``AutoConfig``,
+``AutoModel``, ``AutoModelForMaskedLM``, ``AutoModelForPreTraining``, ``AutoModelForSequenceClassification``,
+``AutoModelForTokenClassification``, ``AutoModelForQuestionAnswering`` and ``AutoModelForMultipleChoice``
+then load our folders, and ``Trainer``/``pipeline`` run on them.
 """
 
-from typing import TYPE_CHECKING
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
-from nystrom._lazy import lazy_attributes
+from nystrom.model.configuration_nystromformer import MODEL_TYPE, PRESETS, NystromformerConfig
+from nystrom.model.export_hf import to_hf
+from nystrom.model.head_layers import DualSequenceClassifierOutput, NystromformerForPreTrainingOutput
+from nystrom.model.interop_bert import from_bert, from_roberta, minilm_path
+from nystrom.model.interop_hf import from_hf
+from nystrom.model.layers import MAX_ATTENTION_TOKENS
+from nystrom.model.legacy import convert_legacy_checkpoint
+from nystrom.model.long import source_length, to_long
+from nystrom.model.modeling_heads import (
+    MODEL_CLASSES,
+    NystromformerForDualSequenceClassification,
+    NystromformerForMaskedLM,
+    NystromformerForMultipleChoice,
+    NystromformerForPreTraining,
+    NystromformerForQuestionAnswering,
+    NystromformerForSequenceClassification,
+    NystromformerForTokenClassification,
+)
+from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
+from nystrom.model.tokenizer import save_tokenizer
+from nystrom.model.weights import CheckpointError
 
-_M = "nystrom.model."
-_NAMES = {
-    "MODEL_TYPE": _M + "configuration_nystromformer", "PRESETS": _M + "configuration_nystromformer",
-    "NystromformerConfig": _M + "configuration_nystromformer",
-    "DualSequenceClassifierOutput": _M + "head_layers", "NystromformerForPreTrainingOutput": _M + "head_layers",
-    "from_bert": _M + "interop_bert", "from_roberta": _M + "interop_bert", "minilm_path": _M + "interop_bert",
-    "from_hf": _M + "interop_hf", "to_hf": _M + "export_hf", "MAX_ATTENTION_TOKENS": _M + "layers",
-    "convert_legacy_checkpoint": _M + "legacy", "source_length": _M + "long", "to_long": _M + "long",
-    "NystromformerModel": _M + "modeling_nystromformer", "NystromformerPreTrainedModel": _M + "modeling_nystromformer",
-    "save_tokenizer": _M + "tokenizer", "CheckpointError": _M + "weights", "AUTO_CLASSES": _M + "auto",
-    **dict.fromkeys(
-        ("MODEL_CLASSES", "NystromformerForDualSequenceClassification", "NystromformerForMaskedLM",
-         "NystromformerForMultipleChoice", "NystromformerForPreTraining", "NystromformerForQuestionAnswering",
-         "NystromformerForSequenceClassification", "NystromformerForTokenClassification"),
-        _M + "modeling_heads",
-    ),
-}  # fmt: skip
-__getattr__, __dir__ = lazy_attributes(__name__, _NAMES)
-__all__ = sorted(_NAMES)
+#: transformers Auto class -> our model registered with it
+AUTO_CLASSES = {
+    AutoModel: NystromformerModel,
+    AutoModelForMaskedLM: NystromformerForMaskedLM,
+    AutoModelForPreTraining: NystromformerForPreTraining,
+    AutoModelForSequenceClassification: NystromformerForSequenceClassification,
+    AutoModelForTokenClassification: NystromformerForTokenClassification,
+    AutoModelForQuestionAnswering: NystromformerForQuestionAnswering,
+    AutoModelForMultipleChoice: NystromformerForMultipleChoice,
+}
 
-if TYPE_CHECKING:
-    from nystrom.model.auto import AUTO_CLASSES
-    from nystrom.model.configuration_nystromformer import MODEL_TYPE, PRESETS, NystromformerConfig
-    from nystrom.model.export_hf import to_hf
-    from nystrom.model.head_layers import DualSequenceClassifierOutput, NystromformerForPreTrainingOutput
-    from nystrom.model.interop_bert import from_bert, from_roberta, minilm_path
-    from nystrom.model.interop_hf import from_hf
-    from nystrom.model.layers import MAX_ATTENTION_TOKENS
-    from nystrom.model.legacy import convert_legacy_checkpoint
-    from nystrom.model.long import source_length, to_long
-    from nystrom.model.modeling_heads import (
-        MODEL_CLASSES,
-        NystromformerForDualSequenceClassification,
-        NystromformerForMaskedLM,
-        NystromformerForMultipleChoice,
-        NystromformerForPreTraining,
-        NystromformerForQuestionAnswering,
-        NystromformerForSequenceClassification,
-        NystromformerForTokenClassification,
-    )
-    from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
-    from nystrom.model.tokenizer import save_tokenizer
-    from nystrom.model.weights import CheckpointError
+AutoConfig.register(MODEL_TYPE, NystromformerConfig, exist_ok=True)
+for _auto, _model in AUTO_CLASSES.items():
+    _auto.register(NystromformerConfig, _model, exist_ok=True)
+
+__all__ = [
+    "AUTO_CLASSES",
+    "MAX_ATTENTION_TOKENS",
+    "MODEL_CLASSES",
+    "MODEL_TYPE",
+    "PRESETS",
+    "CheckpointError",
+    "DualSequenceClassifierOutput",
+    "NystromformerConfig",
+    "NystromformerForDualSequenceClassification",
+    "NystromformerForMaskedLM",
+    "NystromformerForMultipleChoice",
+    "NystromformerForPreTraining",
+    "NystromformerForPreTrainingOutput",
+    "NystromformerForQuestionAnswering",
+    "NystromformerForSequenceClassification",
+    "NystromformerForTokenClassification",
+    "NystromformerModel",
+    "NystromformerPreTrainedModel",
+    "convert_legacy_checkpoint",
+    "from_bert",
+    "from_hf",
+    "from_roberta",
+    "minilm_path",
+    "save_tokenizer",
+    "source_length",
+    "to_hf",
+    "to_long",
+]

@@ -23,7 +23,6 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from nystrom import _registration
 from nystrom.functional.dropout import Dropout
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.head_layers import (
@@ -296,5 +295,3 @@ MODEL_CLASSES: dict[str, type[NystromformerPreTrainedModel]] = {
         NystromformerForMultipleChoice,
     )
 }
-
-_registration.models_loaded()  # the Auto classes now map to these classes, not to stand-ins

@@ -1,1 +1,0 @@
-"""Experiments of the paper built on the shared training loop (LRA, fine-tuning, ...)."""

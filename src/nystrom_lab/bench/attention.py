@@ -1,0 +1,289 @@
+"""Attention-core and module benchmark: nystrom vs HuggingFace, lucidrains and exact SDPA.
+
+Legend: b batch, h heads, n tokens, m landmarks, d head dim, e = h·d model width.
+
+Cases (each in a fresh process): ``core`` = attention from given q, k, v (no projections) forward;
+``fwd`` = the whole module forward under ``no_grad``; ``fwdbwd`` = module forward + backward of
+``out.sum()``. All implementations get the same weights (conv skip off), b=1, fp32 by default.
+The FLOP floor of the Nyström core is 8·n·m·d·h FLOPs over the large-GEMM rate, timed alternately
+with our core in the same process (the VM's speed drifts within a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from nystrom.attention import NystromAttention, SoftmaxAttention
+from nystrom.functional import nystrom_attention, softmax_attention
+from nystrom_lab.bench.common import (
+    gemm_gflops,
+    machine_info,
+    median_time_and_gemm_rate,
+    median_time_ms,
+    peak_memory_mb,
+    replace_section,
+    run_child,
+)
+
+IMPLS = ("nystrom", "hf", "lucidrains", "sdpa")
+# Calls before timing, every implementation alike. Why more than one: on this VM the first touches of
+# fresh large buffers in a new process are slow (a 134 MB buffer: 150-190 ms for its first two fills,
+# 12 ms from the third; host-side backing of guest memory), so a 65536-token case settles only
+# from its 4th call (measured per call: 320, 320, 270, 185, 175, 170, ... ms).
+WARMUP_CALLS = 4
+MODES = ("core", "fwd", "fwdbwd")
+
+
+def _hf_module(
+    e: int, h: int, m: int, n: int, *, core_only: bool, conv: int | None = None, dropout: float = 0.0
+) -> nn.Module:
+    try:
+        from transformers import NystromformerConfig
+        from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
+    except ImportError as err:
+        raise SystemExit("the 'hf' implementation needs transformers: pip install -e '.[test]'") from err
+    cfg = NystromformerConfig(
+        hidden_size=e,
+        num_attention_heads=h,
+        num_landmarks=m,
+        segment_means_seq_len=n,
+        attention_probs_dropout_prob=0.0,
+    )
+    if conv is not None:
+        cfg.conv_kernel_size = conv  # the config only takes ints: None is set on the module below
+    attn = NystromformerSelfAttention(cfg)
+    attn.conv_kernel_size = conv  # the conv skip only where asked, alike for every implementation
+    if core_only:
+        attn.query = attn.key = attn.value = nn.Identity()  # q = k = v = the input: the core alone
+        return attn
+    return nn.Sequential(_First(attn), nn.Linear(e, e), nn.Dropout(dropout))
+
+
+class _First(nn.Module):
+    def __init__(self, mod: nn.Module) -> None:
+        super().__init__()
+        self.mod = mod
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mod(x)[0]
+
+
+def _lucid_module(
+    e: int, h: int, d: int, m: int, *, core_only: bool, conv: int | None = None, dropout: float = 0.0
+) -> nn.Module:
+    try:
+        from nystrom_attention import NystromAttention as Lucid
+    except ImportError as err:
+        raise SystemExit(
+            "the 'lucidrains' implementation needs nystrom-attention: pip install -e '.[test]'"
+        ) from err
+    mod = Lucid(
+        dim=e,
+        dim_head=d,
+        heads=h,
+        num_landmarks=m,
+        pinv_iterations=6,
+        residual=conv is not None,
+        residual_conv_kernel=conv or 33,
+        dropout=dropout,
+    )
+    if core_only:  # the caller feeds the (b, n, 3e) q|k|v tensor directly
+        mod.to_qkv = nn.Identity()
+        mod.to_out = nn.Identity()
+    return mod
+
+
+def build_case(impl: str, mode: str, *, n: int, h: int, d: int, m: int, dtype: torch.dtype):
+    """Return a zero-argument callable that runs one case."""
+    e = h * d
+    x = torch.randn(1, n, e, dtype=dtype)
+    if mode == "core":
+        if impl == "nystrom":
+            q = x.view(1, n, h, d).transpose(1, 2)  # (b, h, n, d)
+            return lambda: nystrom_attention(q, q, q, num_landmarks=m)
+        if impl == "sdpa":
+            q = x.view(1, n, h, d).transpose(1, 2)
+            return lambda: softmax_attention(q, q, q)
+        if impl == "hf":
+            mod = _hf_module(e, h, m, n, core_only=True).to(dtype)
+            return lambda: mod(x)  # identity q/k/v projections: q = k = v = x
+        mod = _lucid_module(e, h, d, m, core_only=True).to(dtype)
+        x3 = torch.cat([x, x, x], -1)  # (b, n, 3e), built outside the timed call
+        return lambda: mod(x3)
+    if impl == "nystrom":
+        mod = NystromAttention(e, heads=h, dim_head=d, num_landmarks=m, conv_kernel_size=None)
+    elif impl == "sdpa":
+        mod = SoftmaxAttention(e, heads=h, dim_head=d)
+    elif impl == "hf":
+        mod = _hf_module(e, h, m, n, core_only=False)
+    else:
+        mod = _lucid_module(e, h, d, m, core_only=False)
+    mod = mod.to(dtype)
+    if mode == "fwd":
+
+        def fwd():
+            with torch.no_grad():
+                out = mod(x)
+            return out[0] if isinstance(out, tuple) else out
+
+        return fwd
+    xg = x.clone().requires_grad_()
+
+    def fwdbwd():
+        out = mod(xg)
+        out = out[0] if isinstance(out, tuple) else out
+        out.sum().backward()
+        return None
+
+    return fwdbwd
+
+
+def child_main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("impl", choices=(*IMPLS, "gemm"))
+    p.add_argument("mode")
+    p.add_argument("n", type=int)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--dim-head", type=int, default=64)
+    p.add_argument("--landmarks", type=int, default=64)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--budget", type=float, default=20.0)
+    a = p.parse_args(argv)
+    torch.manual_seed(0)
+    if a.impl == "gemm":
+        print(json.dumps({"gflops": gemm_gflops()}))
+        return
+    fn = build_case(
+        a.impl, a.mode, n=a.n, h=a.heads, d=a.dim_head, m=a.landmarks, dtype=getattr(torch, a.dtype)
+    )
+    mem = peak_memory_mb(fn)  # the first call doubles as warm-up
+    timing = dict(repeats=a.repeats, budget_s=a.budget, warmup=WARMUP_CALLS - 1)
+    if a.impl == "nystrom" and a.mode == "core":  # the floor's GEMM rate, timed beside our core
+        ms, rate = median_time_and_gemm_rate(fn, **timing)
+        print(json.dumps({"ms": ms, "peak_mb": mem, "gemm_gflops": rate}))
+        return
+    print(json.dumps({"ms": median_time_ms(fn, **timing), "peak_mb": mem}))
+
+
+def _skip(impl: str, mode: str, n: int, max_sdpa_n: int) -> bool:
+    return impl == "sdpa" and n > max_sdpa_n
+
+
+def run(
+    *,
+    lengths: list[int],
+    impls: tuple[str, ...] = IMPLS,
+    modes: tuple[str, ...] = MODES,
+    heads: int = 8,
+    dim_head: int = 64,
+    landmarks: int = 64,
+    dtype: str = "float32",
+    repeats: int = 5,
+    max_sdpa_n: int = 16384,
+    out_dir: Path = Path("docs"),
+    markdown: Path | None = Path("docs/benchmarks.md"),
+) -> list[dict]:
+    """Run every (impl, mode, n) case in a fresh process; write CSV + markdown; return the rows."""
+    from tqdm import tqdm
+
+    common = [
+        "--heads",
+        str(heads),
+        "--dim-head",
+        str(dim_head),
+        "--landmarks",
+        str(landmarks),
+        "--dtype",
+        dtype,
+    ]
+    gemm = run_child("nystrom_lab.bench.attention", ["gemm", "-", "0"], timeout_s=300)["gflops"]
+    cases = [(i, mo, n) for n in lengths for mo in modes for i in impls if not _skip(i, mo, n, max_sdpa_n)]
+    rows = []
+    for impl, mode, n in tqdm(cases, desc="attention bench", unit="case"):
+        res = run_child(
+            "nystrom_lab.bench.attention",
+            [impl, mode, str(n), *common, "--repeats", str(repeats)],
+            timeout_s=1800,
+        )
+        rows.append({"impl": impl, "mode": mode, "n": n, **res})
+    gemm_after = run_child("nystrom_lab.bench.attention", ["gemm", "-", "0"], timeout_s=300)["gflops"]
+    info = {**machine_info(), "gemm_gflops_before": f"{gemm:.1f}", "gemm_gflops_after": f"{gemm_after:.1f}"}
+    rate = max(gemm, gemm_after)
+    report = render(rows, info, rate=rate, heads=heads, dim_head=dim_head, landmarks=landmarks, dtype=dtype)
+    print(report)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "bench_attention.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["impl", "mode", "n", "ms", "peak_mb", "gemm_gflops", "error"])
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in w.fieldnames})
+    if markdown is not None:
+        replace_section(markdown, "bench-attention", report)
+    return rows
+
+
+def render(
+    rows: list[dict], info: dict, *, rate: float, heads: int, dim_head: int, landmarks: int, dtype: str
+) -> str:
+    """Markdown: per mode a table of ms / MB and our speed-up and memory ratio vs each other implementation."""
+    get = {(r["impl"], r["mode"], r["n"]): r for r in rows}
+    lengths = sorted({r["n"] for r in rows})
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    lines = [
+        f"Machine: {info['cpu']}, {info['threads']} threads; torch {info['torch']}, transformers "
+        f"{info['transformers']}, nystrom-attention {info['nystrom_attention']}, Python {info['python']}.",
+        f"b=1, h={heads}, d={dim_head}, m={landmarks}, {dtype}, conv off. Floor = 8·n·m·d·h FLOPs over the "
+        "large fp32 GEMM rate timed alternately with our core in its process (column GEMM); the run's rate: "
+        f"{info['gemm_gflops_before']} GFLOP/s before, {info['gemm_gflops_after']} after.",
+        "Speed-up = their time / ours (>1: we are faster); memory = our peak / theirs (<1: we use less).",
+        "",
+    ]
+    for mode, title in (
+        ("core", "Attention core (q, k, v given; no projections), forward"),
+        ("fwd", "Whole module forward (no_grad)"),
+        ("fwdbwd", "Whole module forward + backward"),
+    ):
+        if not any(r["mode"] == mode for r in rows):
+            continue
+        lines += [f"### {title}", ""]
+        head = ["n"] + [f"{i} ms" for i in impls] + [f"{i} MB" for i in impls]
+        head += [f"speed-up vs {i}" for i in impls if i != "nystrom"] + [
+            f"mem vs {i}" for i in impls if i != "nystrom"
+        ]
+        if mode == "core":
+            head += ["GEMM GFLOP/s", "floor ms", "ours / floor"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for n in lengths:
+            cells = [str(n)]
+            res = {i: get.get((i, mode, n), {}) for i in impls}
+            cells += [f"{res[i]['ms']:.1f}" if "ms" in res[i] else "—" for i in impls]
+            cells += [f"{res[i]['peak_mb']:.0f}" if "peak_mb" in res[i] else "—" for i in impls]
+            ours = res.get("nystrom", {})
+            for key in ("ms", "peak_mb"):
+                for i in impls:
+                    if i == "nystrom":
+                        continue
+                    if key in ours and key in res[i] and ours[key] > 0 and res[i][key] > 0:
+                        ratio = res[i][key] / ours[key] if key == "ms" else ours[key] / res[i][key]
+                        cells.append(f"{ratio:.2f}×")
+                    else:
+                        cells.append("—")
+            if mode == "core":
+                r = ours.get("gemm_gflops", rate)
+                floor = 8 * n * landmarks * dim_head * heads / (r * 1e9) * 1e3
+                cells += [f"{r:.1f}", f"{floor:.1f}", f"{ours['ms'] / floor:.2f}×" if "ms" in ours else "—"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1:])

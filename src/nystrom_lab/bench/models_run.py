@@ -1,0 +1,246 @@
+"""The driver of ``nystrom bench models``: interleaved rounds of fresh-process cases, ratios, the FLOP floor,
+and the JSON / markdown / PNG it writes (see :mod:`nystrom_lab.bench.models` for the cases themselves).
+
+Legend: b batch, n tokens, e hidden size, f FFN width, v vocabulary, L layers, m landmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from itertools import product
+from pathlib import Path
+
+from nystrom_lab.bench.models import MODELS, MODES, SIZES, summarise
+
+#: the transformers models our Nyström model is measured against (the fastest of them in each case)
+OTHERS = ("hf-nystromformer", "hf-longformer", "hf-bigbird")
+MASK_FRACTION = 0.15
+
+
+def floor_flops(size: dict, *, n: int, batch: int, mode: str, m: int = 64) -> float:
+    """FLOPs of our Nyström model's GEMMs: per layer the q/k/v/out projections (4e²) and the FFN (2ef) at
+    every token, the Nyström core (≈ 8·n·m·d per head, e = h·d) and, for training, the MLM head at the
+    masked positions; a training step is 3× the forward (backward = 2× forward)."""
+    e, f, v = size["hidden"], size["ffn"], size["vocab"]
+    per_token = size["layers"] * (2 * (4 * e * e + 2 * e * f) + 8 * m * e)
+    fwd = batch * n * per_token
+    if mode == "inference":
+        return fwd
+    head = batch * n * MASK_FRACTION * 2 * (e * e + e * v)
+    return 3 * (fwd + head)
+
+
+def gemm_rate(size: dict, *, n: int, device: str = "cpu") -> float:
+    """fp32 GFLOP/s of the model's own FFN GEMM, (r, e) @ (e, f), on this machine: the best over r = n (a
+    training step's shape) and r = the rows of one inference FFN block (``FFN_BLOCK_BYTES``), and over
+    ATen's matmul and, on CPU, oneDNN's linear (which our inference runs, functional/dense.py). The best
+    rate gives the lowest floor: no figure is flattered by a slow reference GEMM."""
+    import torch
+
+    from nystrom.functional.dense import dense, fuses
+    from nystrom.model.layers import FFN_BLOCK_BYTES
+    from nystrom_lab.bench.common import median_time_ms
+
+    e, f = size["hidden"], size["ffn"]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    best = 0.0
+    for r in sorted({n, min(n, max(1, FFN_BLOCK_BYTES // (4 * f)))}):
+        a, w = torch.randn(r, e, device=device), torch.randn(e, f, device=device)
+        ms = median_time_ms(lambda: (a @ w, sync()), repeats=7, warmup=2)
+        with torch.inference_mode():
+            wt = w.mT.contiguous()  # (f, e): nn.Linear's layout
+            if fuses(a, wt, None):
+                ms = min(ms, median_time_ms(lambda: dense(a, wt, None), repeats=7, warmup=2))
+        best = max(best, 2 * r * e * f / (ms / 1e3) / 1e9)
+    return best
+
+
+def run(
+    *, size: str = "minilm", lengths: tuple[int, ...] = (512, 4096, 8192, 16384), batches: tuple[int, ...] = (1,),
+    models: tuple[str, ...] = MODELS, modes: tuple[str, ...] = MODES, rounds: int = 2, repeats: int = 2,
+    dtype: str = "fp32", device: str = "cpu", threads: int = 0, timeout_s: float = 1800,
+    out_dir: Path = Path("docs"), name: str = "bench_models", progress: bool = True,
+) -> dict:  # fmt: skip
+    """Every (mode, n, b, model) case ``rounds`` times, models interleaved within each round; writes
+    ``out_dir/bench_models.json`` (+ ``.md``, ``.png``) and returns the report.
+
+    Resumable: every finished case is appended to ``out_dir/bench_models.partial.jsonl`` at once; a run
+    with the same settings that finds that file skips what it holds (an interrupted hour-long run goes
+    on where it stopped), and the file is removed once the report is written. A partial file of other
+    settings raises instead of being overwritten."""
+    import subprocess
+
+    from tqdm import tqdm
+
+    from nystrom_lab.bench.common import machine_info, run_child
+
+    bad = sorted(set(models) - set(MODELS)) + sorted(set(modes) - set(MODES))
+    if bad or size not in SIZES:
+        raise ValueError(f"unknown {bad or size}: models {MODELS}, modes {MODES}, sizes {sorted(SIZES)}")
+    groups = list(product(modes, sorted(lengths), batches))
+    settings = {"size": size, "lengths": sorted(lengths), "batches": list(batches), "models": list(models),
+                "modes": list(modes), "rounds": rounds, "repeats": repeats, "dtype": dtype, "device": device,
+                "threads": threads}  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_dir / f"{name}.partial.jsonl"
+    done = _resume(partial, settings)
+    samples: dict[tuple, list[dict]] = {}
+    for (_, *key), res in done.items():
+        samples.setdefault(tuple(key), []).append(res)
+    start = time.perf_counter()
+    bar = tqdm(total=rounds * len(groups) * len(models), desc="bench models", unit="case", disable=not progress)
+    if done:
+        bar.write(f"resuming: {len(done)} finished cases read from {partial}")
+    for r in range(rounds):
+        for mode, n, b in groups:
+            for model in models:
+                key = (mode, n, b, model)
+                if (r, *key) in done or any("error" in s for s in samples.get(key, [])):
+                    bar.update(1)  # finished before the interruption, or failed once: the error stands
+                    continue
+                case = {"model": model, "mode": mode, "n": n, "batch": b, "size": size, "repeats": repeats,
+                        "dtype": dtype, "device": device, "threads": threads}  # fmt: skip
+                try:
+                    res = run_child("nystrom_lab.bench.models", [json.dumps(case)], timeout_s=timeout_s)
+                except subprocess.TimeoutExpired:
+                    res = {"error": f"timed out after {timeout_s:g} s"}
+                samples.setdefault(key, []).append(res)
+                with partial.open("a") as f:
+                    f.write(json.dumps({"round": r, "key": list(key), "result": res}) + "\n")
+                bar.update(1)
+    bar.close()
+    rows = []
+    for (mode, n, b, model), s in samples.items():
+        row = {"mode": mode, "n": n, "batch": b, "model": model, **summarise(s)}
+        if "median_s" in row:
+            row["tokens_per_s"] = b * n / row["median_s"]
+        rows.append(row)
+    rates = {n: gemm_rate(SIZES[size], n=n, device=device) for n in sorted(lengths)}
+    add_ratios(rows, SIZES[size], rates)
+    report = {"size": size, "dtype": dtype, "device": device, "rounds": rounds, "repeats": repeats, "rows": rows,
+              "gemm_gflops": rates, "machine": machine_info(), "wall_s": time.perf_counter() - start,
+              "resumed_cases": len(done)}  # fmt: skip
+    (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out_dir / f"{name}.md").write_text(render(report))
+    plot(report, out_dir / f"{name}.png")
+    partial.unlink()
+    return report
+
+
+def _resume(partial: Path, settings: dict) -> dict[tuple, dict]:
+    """The cases an interrupted run of the same ``settings`` finished, ``{(round, mode, n, b, model): result}``;
+    starts ``partial`` with the settings where it does not exist. A torn last line (the process killed
+    mid-write) is cut off; other settings raise."""
+    if not partial.exists():
+        partial.write_text(json.dumps({"settings": settings}) + "\n")
+        return {}
+    text = partial.read_text()
+    if text and not text.endswith("\n"):  # killed mid-write: drop the torn line before appending after it
+        text = text[: text.rfind("\n") + 1]
+        partial.write_text(text)
+    lines = text.splitlines()
+    try:
+        head = json.loads(lines[0])["settings"] if lines else None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        head = None
+    if head != settings:
+        raise ValueError(
+            f"{partial} holds an interrupted run with other settings ({head}); rerun with those to finish it, "
+            f"or delete the file to start this one ({settings})"
+        )
+    done = {}
+    for line in lines[1:]:
+        try:
+            rec = json.loads(line)
+            done[(rec["round"], *rec["key"])] = rec["result"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{partial}: unreadable line {line[:80]!r}; delete the file to start anew") from err
+    return done
+
+
+def plot(report: dict, png: Path) -> Path:
+    """Seconds and peak MB against n (log-log), inference and training step, one line per model, the
+    smallest batch; a failed case ends its model's line (its error is in the table)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rows"]
+    batch = min(r["batch"] for r in rows)
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
+    for col, mode in enumerate(MODES):
+        for model in MODELS:
+            pts = sorted((r["n"], r) for r in rows if (r["mode"], r["model"], r["batch"]) == (mode, model, batch)
+                         and "median_s" in r)  # fmt: skip
+            if not pts:
+                continue
+            style = {"lw": 2.5, "marker": "o"} if model.startswith("ours") else {"lw": 1.2, "marker": "s", "ls": "--"}
+            ns = [n for n, _ in pts]
+            axes[0, col].plot(ns, [r["median_s"] for _, r in pts], label=model, **style)
+            axes[1, col].plot(ns, [r["peak_mb"] for _, r in pts], label=model, **style)
+        axes[0, col].set_title(f"{mode}, batch {batch}")
+        axes[0, col].set_ylabel("seconds (median)")
+        axes[1, col].set_ylabel("peak MB above the start")
+        axes[1, col].set_xlabel("tokens n")
+        for ax in axes[:, col]:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"Whole models, {report['size']} size, {report['dtype']} on {report.get('device', 'cpu')} "
+                 f"({report['machine']['cpu']}, {report['machine']['threads']} threads)", fontsize=10)  # fmt: skip
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png
+
+
+def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
+    """Per row of ours: speed and memory against the fastest of :data:`OTHERS` and against our exact
+    model in the same (mode, n, b), and, for Nyström, time ÷ its FLOP floor."""
+    by = {(r["mode"], r["n"], r["batch"], r["model"]): r for r in rows}
+    for r in rows:
+        if not r["model"].startswith("ours") or "median_s" not in r:
+            continue
+        key = (r["mode"], r["n"], r["batch"])
+        others = [by[(*key, o)] for o in OTHERS if "median_s" in by.get((*key, o), {})]
+        if others:
+            best = min(others, key=lambda o: o["median_s"])
+            r["vs_fastest_other"] = {"model": best["model"], "speedup": best["median_s"] / r["median_s"],
+                                     "memory": r["peak_mb"] / best["peak_mb"]}  # fmt: skip
+        exact = by.get((*key, "ours-softmax"), {})
+        if r["model"].startswith("ours-nystrom") and "median_s" in exact:
+            r["vs_ours_exact"] = {"speedup": exact["median_s"] / r["median_s"], "memory": r["peak_mb"] / exact["peak_mb"]}
+        if r["model"].startswith("ours-nystrom"):
+            floor = floor_flops(size, n=r["n"], batch=r["batch"], mode=r["mode"]) / (rates[r["n"]] * 1e9)
+            r["floor_s"], r["x_floor"] = floor, r["median_s"] / floor
+
+
+def render(report: dict) -> str:
+    """Markdown: one table per mode, rows (n, b, model) with time, tokens/s, peak and our ratios."""
+    out = [f"Whole models, {report['size']} size, {report['dtype']} on {report.get('device', 'cpu')}, random weights; median of {report['rounds']} "
+           f"interleaved rounds × {report['repeats']} calls, each case in a fresh process. "
+           f"Machine: {report['machine']['cpu']}, {report['machine']['threads']} threads, torch "
+           f"{report['machine']['torch']}, transformers {report['machine']['transformers']}.\n"]  # fmt: skip
+    for mode in MODES:
+        rows = [r for r in report["rows"] if r["mode"] == mode]
+        if not rows:
+            continue
+        out += [f"\n**{mode}**\n", "| n | b | model | s | tokens/s | peak MB | vs fastest HF | vs ours exact | ÷ floor |",
+                "|---:|---:|---|---:|---:|---:|---|---|---:|"]  # fmt: skip
+        for r in sorted(rows, key=lambda r: (r["n"], r["batch"], MODELS.index(r["model"]))):
+            if "error" in r:
+                out.append(f"| {r['n']} | {r['batch']} | {r['model']} | — | — | — | {r['error']} | | |")
+                continue
+            vs = r.get("vs_fastest_other")
+            ex = r.get("vs_ours_exact")
+            out.append(
+                f"| {r['n']} | {r['batch']} | {r['model']} | {r['median_s']:.2f} (±{100 * (r['spread'] - 1):.0f} %) | "
+                f"{r['tokens_per_s']:,.0f} | {r['peak_mb']:.0f} | "
+                + (f"{vs['speedup']:.2f}× faster, {vs['memory']:.2f}× memory ({vs['model']})" if vs else "")
+                + " | " + (f"{ex['speedup']:.2f}×, {ex['memory']:.2f}× memory" if ex else "")
+                + " | " + (f"{r['x_floor']:.2f}" if "x_floor" in r else "") + " |"
+            )  # fmt: skip
+    return "\n".join(out) + "\n"

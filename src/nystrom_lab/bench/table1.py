@@ -1,0 +1,244 @@
+"""The paper's Table 1: memory (MB) and time (ms) of one input through each self-attention module.
+
+Legend: b batch, h heads, n tokens, d head dim, e = h·d model width.
+
+Setting. The paper (Xiong et al. 2021, Table 1, a 1080Ti) gives no width for this table; its BERT
+experiments use BERT-base self-attention, and its Transformer memory (10233 MB at n=8192, ≈ 3 fp32
+(h, n, n) tensors for h=12) fits h=12 heads × d=64 (e=768), b=1. That is our default, fp32.
+
+Methods (every one the same :class:`~nystrom.attention.base.AttentionBase` shell: one fused q/k/v
+projection, the per-head core, one output projection; dropout 0, no conv skip):
+``transformer`` is the paper's baseline written out here — scores QKᵀ·s materialised (b, h, n, n),
+softmax, @V; ``sdpa`` is our fused exact ``softmax`` variant (PyTorch SDPA); the others come from
+:data:`nystrom.attention.REGISTRY` at the paper's sizes. Each (method, n) case runs in a fresh process,
+forked from one worker that imported torch once (:mod:`nystrom_lab.bench.forkserver`; ``fresh_process``:
+a new interpreter per case, :func:`nystrom_lab.bench.common.run_child`, seconds slower a case); the first
+call measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
+``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights; then
+the median of ``repeats`` timed calls. One case, its modules and its measurement:
+:mod:`nystrom_lab.bench.table1_case`; here the driver, the skip rules and the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from nystrom_lab.bench.common import machine_info, replace_section, run_child
+from nystrom_lab.bench.forkserver import CaseServer
+from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the tests and callers import them here)
+    DTYPES,
+    EXACT,
+    METHODS,
+    MaterializedSoftmaxAttention,
+    build_case,
+    build_module,
+    case_args,
+    check_device,
+    child_main,
+)
+
+LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
+QUICK_LENGTHS = (512, 2048, 4096)
+CASE_TIMEOUT_S = 1800
+_TARGET = "nystrom_lab.bench.table1_case:measure"
+PAPER_NOTE = (
+    "Paper (1080Ti GPU, forward): Nyströmformer-64 vs Transformer 11.5× memory / 5.6× time at n=4096 and "
+    "22.8× / 12.7× at n=8192; vs Longformer-257 at n=8192 1.2× memory, 3× time."
+)
+
+
+def _available_mb(device: str) -> float:
+    if device == "cuda":
+        return torch.cuda.mem_get_info()[0] / 2**20
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("MemAvailable not found in /proc/meminfo")
+
+
+def estimate_mb(method: str, *, n: int, batch: int, heads: int, itemsize: int, backward: bool) -> float:
+    """Rough peak of the quadratic baseline (2 (b, h, n, n) tensors forward, 4 with backward); 0 for others."""
+    if method != "transformer":
+        return 0.0
+    return (4 if backward else 2) * batch * heads * n * n * itemsize / 2**20
+
+
+def _skip(
+    method: str, n: int, too_slow: set[str], case: dict, *, max_n: int, max_exact_n: int, max_call_s: float
+) -> str | None:
+    """Why the (method, n) case is not run (see :func:`run`), or None."""
+    limit = max_exact_n if method in EXACT else max_n
+    if n > limit:
+        return f"n > {'--max-exact-n' if method in EXACT else '--max-n'} {limit}"
+    if method in too_slow:
+        return f"a shorter n took over {max_call_s:g} s per call"
+    itemsize = torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()
+    need = estimate_mb(
+        method, n=n, batch=case["batch"], heads=case["heads"], itemsize=itemsize, backward=case["backward"]
+    )
+    if need > 0.7 * _available_mb(case["device"]):
+        return f"needs ~{need / 1024:.1f} GB, over 70% of the free memory"
+    return None
+
+
+def _measure(server: CaseServer | None, case: dict) -> dict:
+    """``{"ms", "peak_mb"}`` or ``{"error"}`` of one case: forked by ``server``, or in a new interpreter."""
+    if server is not None:
+        return server.run(case, timeout_s=CASE_TIMEOUT_S)
+    args = [case["method"], str(case["n"]), *case_args(case)]
+    return run_child("nystrom_lab.bench.table1_case", args, timeout_s=CASE_TIMEOUT_S)
+
+
+def run(
+    *,
+    lengths: list[int] | tuple[int, ...] = LENGTHS,
+    methods: list[str] | tuple[str, ...] = tuple(METHODS),
+    batch: int = 1,
+    heads: int = 12,
+    dim_head: int = 64,
+    dtype: str = "float32",
+    device: str = "cpu",
+    backward: bool = False,
+    max_n: int = 16384,
+    max_exact_n: int = 8192,
+    repeats: int = 5,
+    budget_s: float = 20.0,
+    max_call_s: float = 60.0,
+    threads: int = 0,
+    out_dir: Path = Path("docs"),
+    markdown: Path | None = Path("docs/benchmarks.md"),
+    command: str = "nystrom bench",
+    fresh_process: bool = False,
+) -> list[dict]:
+    """Run every (method, n) case in a fresh process; write CSV, markdown and PNG; return the rows.
+
+    The processes are forked from one worker (torch imported once); ``fresh_process`` starts a new
+    interpreter per case instead (as before the worker, ≈ 8 s more a case on the 2-core VM). A case is
+    skipped (and says why) when n is above ``max_n`` (``max_exact_n`` for the exact methods), when the
+    quadratic baseline would need more than 70% of the free memory, or when the same method's call at a
+    shorter n already took over ``max_call_s``; one running past ``CASE_TIMEOUT_S`` is killed.
+    """
+    from tqdm import tqdm
+
+    check_device(device)
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ValueError(f"methods: unknown {bad}; choose from {list(METHODS)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    case = {"batch": batch, "heads": heads, "dim_head": dim_head, "dtype": dtype, "device": device}
+    case |= {"backward": backward, "repeats": repeats, "budget": budget_s, "threads": threads}
+    fresh_process = fresh_process or not hasattr(os, "fork")  # the worker forks its cases (POSIX)
+    # the worker's cases get the thread count a fresh process would have (it runs with one: forkserver.py)
+    server = None if fresh_process else CaseServer(_TARGET, threads=threads or torch.get_num_threads())
+    cases = [(m, n) for n in sorted(lengths) for m in methods]
+    rows: list[dict] = []
+    too_slow: set[str] = set()
+    start, load_start = time.perf_counter(), os.getloadavg()[0]
+    with server or contextlib.nullcontext():
+        for method, n in tqdm(cases, desc="table1", unit="case"):
+            rows.append(row := {"method": method, "label": METHODS[method][0], "n": n})
+            skip = _skip(
+                method, n, too_slow, case, max_n=max_n, max_exact_n=max_exact_n, max_call_s=max_call_s
+            )
+            if skip:
+                row["skipped"] = skip
+                continue
+            try:
+                row.update(_measure(server, {**case, "method": method, "n": n}))
+            except subprocess.TimeoutExpired:
+                row["error"] = f"timed out after {CASE_TIMEOUT_S} s"
+            if row.get("ms", 0.0) > 1e3 * max_call_s:
+                too_slow.add(method)
+    forked = "" if fresh_process else " forked from one worker that imported torch once"
+    mode = "fwdbwd" if backward else "fwd"
+    info = machine_info()
+    setting = (
+        f"b={batch}, h={heads}, d={dim_head} (e={heads * dim_head}), {dtype}, {device}, "
+        f"{'forward + backward of out.sum()' if backward else 'forward under no_grad'}, conv skip off, "
+        f"{repeats} timed calls (median), each case in a fresh process{forked}; "
+        f"{time.perf_counter() - start:.0f} s in all; 1-min load average {load_start:.2f} at the start, "
+        f"{os.getloadavg()[0]:.2f} at the end (timings are only meaningful on an otherwise idle machine)."
+    )
+    table = render(rows)
+    body = "\n".join(
+        [
+            f"Command: `{command}`",
+            "",
+            f"Setting: {setting}",
+            f"Machine: {info['cpu']}, {threads or info['threads']} threads, {info['platform']}; torch {info['torch']}, "
+            f"Python {info['python']}.",
+            "Cells: memory MB (Transformer / method) and time ms (Transformer / method); "
+            "memory = peak above the level before the call (input and weights excluded).",
+            PAPER_NOTE,
+            "",
+            table,
+            "",
+            f"![time and memory vs n](table1_{mode}.png) — data: `table1_{mode}.csv`.",
+        ]
+    )
+    print(body)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / f"table1_{mode}.csv", "w", newline="") as f:
+        fields = ["method", "label", "n", "ms", "peak_mb", "skipped", "error"]
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: r.get(k, "") for k in fields})
+    (out_dir / f"table1_{mode}.md").write_text(body + "\n")
+    from nystrom_lab.bench.plots import plot_table1
+
+    plot_table1(rows, out_dir / f"table1_{mode}.png", title=setting.split(", each case")[0])
+    if markdown is not None:
+        replace_section(markdown, "table1" if not backward else "table1-fwdbwd", body)
+    return rows
+
+
+def _num(x: float) -> str:
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def _ratio(ref: float | None, val: float) -> str:
+    if ref is None or val <= 0:
+        return ""
+    r = ref / val
+    return f" ({r:.1f}×)" if r >= 0.95 else f" ({r:.2f}×)"
+
+
+def render(rows: list[dict]) -> str:
+    """The paper's layout: one row per method, per n a memory (MB) and a time (ms) cell, each with its
+    ratio to the Transformer at that n, e.g. ``450 (22.8×)``; ``skip``/``error`` cells are footnoted."""
+    lengths = sorted({r["n"] for r in rows})
+    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
+    get = {(r["method"], r["n"]): r for r in rows}
+    head = ["self-attention"] + [f"{n} {unit}" for n in lengths for unit in ("MB", "ms")]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    notes: list[str] = []
+    for m in methods:
+        cells = [METHODS[m][0]]
+        for n in lengths:
+            r, ref = get.get((m, n), {}), get.get(("transformer", n), {})
+            if "ms" not in r:
+                why = r.get("skipped") or r.get("error") or "not run"
+                notes.append(f"{METHODS[m][0]} at n={n}: {why}")
+                cells += ["skip" if "skipped" in r else "error"] * 2
+                continue
+            cells.append(_num(r["peak_mb"]) + _ratio(ref.get("peak_mb"), r["peak_mb"]))
+            cells.append(_num(r["ms"]) + _ratio(ref.get("ms"), r["ms"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    if notes:
+        lines += ["", *(f"- {t}" for t in notes)]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1:])

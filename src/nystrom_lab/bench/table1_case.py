@@ -1,0 +1,173 @@
+"""One case of the paper's Table 1: a self-attention module, one input, its peak memory and median time.
+
+Legend: b batch, h heads, n tokens, d head dim, e = h·d model width.
+
+:func:`measure` runs one (method, n) case; the driver (:mod:`nystrom_lab.bench.table1`) calls it in a fresh
+process per case, forked from one worker (:mod:`nystrom_lab.bench.forkserver`), or, with ``fresh_process``,
+through ``python -m nystrom_lab.bench.table1_case METHOD N ...`` (:func:`child_main`). The first call
+measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
+``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights, and
+doubles as the warm-up; then the median of ``repeats`` timed calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import torch
+
+from nystrom.attention import REGISTRY, AttentionBase
+from nystrom_lab.bench.common import median_time_ms, peak_memory_mb
+
+#: key -> (label as in the paper, registry name or "transformer", constructor options)
+METHODS: dict[str, tuple[str, str, dict]] = {
+    "transformer": ("Transformer", "transformer", {}),
+    "sdpa": ("SDPA (fused exact)", "softmax", {}),
+    "linformer-256": ("Linformer-256", "linformer", {"proj_len": 256}),
+    "longformer-257": ("Longformer-257", "longformer", {"window_size": 257}),
+    "nystrom-64": ("Nyströmformer-64", "nystrom", {"num_landmarks": 64, "conv_kernel_size": None}),
+    "nystrom-32": ("Nyströmformer-32", "nystrom", {"num_landmarks": 32, "conv_kernel_size": None}),
+    "performer-256": ("Performer-256", "performer", {"num_features": 256}),
+    "reformer-2": ("Reformer-2", "reformer", {"n_hashes": 2, "bucket_size": 64}),
+}
+EXACT = ("transformer", "sdpa")
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+
+
+class MaterializedSoftmaxAttention(AttentionBase):
+    """The paper's Transformer baseline: ``softmax(Q Kᵀ s) V`` with the (b, h, n, n) scores in memory."""
+
+    name = "transformer"
+
+    def core(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        """(b, h, n, d) x3 -> (b, h, n, d)."""
+        scores = q @ k.mT / math.sqrt(q.shape[-1])  # (b, h, n, n): two such tensors live for a moment
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+        return torch.softmax(scores, -1) @ v  # (b, h, n, d)
+
+
+def build_module(method: str, *, n: int, heads: int, dim_head: int) -> AttentionBase:
+    """The attention module of ``method`` (a key of :data:`METHODS`) for inputs of n tokens."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
+    _, name, opts = METHODS[method]
+    e = heads * dim_head
+    if name == "transformer":
+        return MaterializedSoftmaxAttention(e, heads=heads, dim_head=dim_head)
+    if name == "linformer":
+        opts = {**opts, "max_seq_len": n}  # its (p, N) projections are sized for the longest input
+    return REGISTRY[name](e, heads=heads, dim_head=dim_head, **opts)
+
+
+def build_case(
+    method: str,
+    *,
+    n: int,
+    batch: int,
+    heads: int,
+    dim_head: int,
+    dtype: torch.dtype,
+    device: str,
+    backward: bool,
+):
+    """A zero-argument callable running one input (b, n, e) through the module (+ backward of ``out.sum()``)."""
+    mod = build_module(method, n=n, heads=heads, dim_head=dim_head).to(device=device, dtype=dtype).eval()
+    x = torch.randn(batch, n, heads * dim_head, dtype=dtype, device=device)  # (b, n, e)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if not backward:
+
+        def fwd():
+            with torch.no_grad():
+                out = mod(x)  # (b, n, e)
+            sync()
+            return out
+
+        return fwd
+    xg = x.clone().requires_grad_()
+
+    def fwdbwd():
+        mod(xg).sum().backward()
+        sync()
+        mod.zero_grad(set_to_none=True)
+        xg.grad = None
+
+    return fwdbwd
+
+
+def _cuda_peak_mb(fn) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn()
+    peak = torch.cuda.max_memory_allocated()
+    del out
+    return (peak - before) / 2**20
+
+
+def check_device(device: str) -> None:
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"--device cuda: CUDA is not available (torch {torch.__version__}, cuda build "
+            f"{torch.version.cuda or 'none'}); use --device cpu"
+        )
+
+
+def measure(case: dict) -> dict:
+    """Run one case; ``{"ms", "peak_mb"}``. ``case``: method, n, batch, heads, dim_head, dtype (a name of
+    :data:`DTYPES`), device, backward, repeats, budget (seconds of timed calls), threads (0: as set)."""
+    check_device(case["device"])
+    if case["threads"]:
+        torch.set_num_threads(case["threads"])
+    torch.manual_seed(0)
+    fn = build_case(
+        case["method"],
+        n=case["n"],
+        batch=case["batch"],
+        heads=case["heads"],
+        dim_head=case["dim_head"],
+        dtype=getattr(torch, case["dtype"]),
+        device=case["device"],
+        backward=case["backward"],
+    )
+    mem = _cuda_peak_mb(fn) if case["device"] == "cuda" else peak_memory_mb(fn)  # doubles as the warm-up
+    ms = median_time_ms(fn, repeats=case["repeats"], budget_s=case["budget"], warmup=0)
+    return {"ms": ms, "peak_mb": mem}
+
+
+def child_main(argv: list[str]) -> dict:
+    """Entry point of one fresh-process case; prints and returns ``{"ms", "peak_mb"}``."""
+    p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.table1_case")
+    p.add_argument("method", choices=list(METHODS))
+    p.add_argument("n", type=int)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--dim-head", type=int, default=64)
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--backward", action="store_true")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--budget", type=float, default=20.0)
+    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
+    res = measure(vars(p.parse_args(argv)))
+    print(json.dumps(res))
+    return res
+
+
+def case_args(case: dict) -> list[str]:
+    """The command-line options of :func:`child_main` for ``case``'s settings (all but method and n)."""
+    args = ["--batch", str(case["batch"]), "--heads", str(case["heads"]), "--dim-head", str(case["dim_head"])]
+    args += ["--dtype", case["dtype"], "--device", case["device"], "--repeats", str(case["repeats"])]
+    args += ["--budget", str(case["budget"]), "--threads", str(case["threads"])]
+    return args + (["--backward"] if case["backward"] else [])
+
+
+if __name__ == "__main__":
+    child_main(sys.argv[1:])

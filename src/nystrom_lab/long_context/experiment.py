@@ -1,0 +1,138 @@
+"""``nystrom pretrain long-context``: the long-context experiment (issue #25), from real pretrained weights.
+
+Legend: N long length (4096), W window length (512), m landmarks.
+
+MiniLM (the bundled all-MiniLM-L6-v2, a 6-layer BERT with e = 384) is continued on masked-LM over the
+Brown corpus as three variants, each with the same fresh MLM head (decoder tied to the word embeddings),
+tokens per step, steps, learning rate, masks and seed:
+
+- ``window-512``: MiniLM as it is (softmax, 512 positions), trained on 512-token pieces; scored on the
+  held-out documents cut into consecutive 512-token windows (what a 512-token user gets today);
+- ``nystrom-4096``: converted to 4096 positions (rows copied), Nyström m = 64 with a zero-initialised
+  conv skip, trained on 4096-token pieces;
+- ``softmax-4096``: converted to 4096 positions, exact softmax (fused SDPA): the quality ceiling.
+
+Every variant is scored on the same dev tokens with the same masks, overall and per position bucket of
+the 4096-token layout ([0, 512), [512, 1024), [1024, 2048), [2048, 4096)). Each variant trains in its own
+process (``nystrom pretrain --init-from``: resumable, peak memory its own), one after the other; finished
+variants are skipped when the command is run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: variant -> (attention of the converted model, training length)
+VARIANTS: dict[str, tuple[dict | None, int]] = {
+    "softmax-4096": ({"name": "softmax"}, 4096),
+    "nystrom-4096": ({"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65}, 4096),
+    "window-512": (None, 512),  # MiniLM's own softmax attention and 512 positions
+}
+ORDER = ("softmax-4096", "nystrom-4096", "window-512")  # the slowest first
+
+
+@dataclass(frozen=True)
+class LongContextRun:
+    """Options of the experiment; every variant gets the same ones (its batch holds ``tokens_per_step``)."""
+
+    corpus: tuple[str, ...]
+    out: Path = Path("experiments/long-context")
+    variants: tuple[str, ...] = ORDER
+    long_length: int = 4096
+    steps: int = 200
+    tokens_per_step: int = 4 * 4096
+    lr: float = 1e-4
+    warmup: int = 20
+    eval_every: int = 25
+    dev_fraction: float = 0.05
+    dupe_factor: int = 10
+    precision: str = "bf16"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.variants) - set(VARIANTS))
+        if unknown:
+            raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+        for name in self.variants:
+            length = self.length(name)
+            if self.tokens_per_step % length:
+                raise ValueError(
+                    f"tokens_per_step ({self.tokens_per_step}) must be a multiple of {name}'s {length}"
+                )
+
+    @classmethod
+    def from_record(cls, data: dict) -> LongContextRun:
+        """The run :func:`record` describes (JSON lists back to tuples, the folder to a Path)."""
+        return cls(**{**data, "out": Path(data["out"]), "corpus": tuple(data["corpus"]),
+                      "variants": tuple(data["variants"])})  # fmt: skip
+
+    def length(self, variant: str) -> int:
+        return self.long_length if VARIANTS[variant][1] != 512 else 512
+
+    def model_dir(self, variant: str) -> Path:
+        return self.out / "models" / variant
+
+    def pretrain_args(self, variant: str) -> list[str]:
+        """The ``nystrom pretrain`` arguments that train ``variant``."""
+        length = self.length(variant)
+        return [
+            "pretrain", "--init-from", str(self.model_dir(variant)), "--objective", "mlm",
+            "--corpus", *self.corpus, "--out", str(self.out / variant),
+            "--max-length", str(length), "--reference-length", str(self.long_length),
+            "--batch-size", str(self.tokens_per_step // length), "--steps", str(self.steps),
+            "--lr", str(self.lr), "--warmup", str(self.warmup), "--eval-every", str(self.eval_every),
+            "--eval-batches", "100000", "--eval-at-start", "--dev-fraction", str(self.dev_fraction),
+            "--dupe-factor", str(self.dupe_factor), "--precision", self.precision, "--seed", str(self.seed),
+        ]  # fmt: skip
+
+
+def prepare_model(run: LongContextRun, variant: str) -> Path:
+    """Write ``variant``'s starting folder (once): MiniLM converted, or as it is for the window variant,
+    with the MLM head drawn from ``run.seed`` alone so that every variant starts with the same head."""
+    folder = run.model_dir(variant)
+    if (folder / "config.json").is_file():
+        return folder
+    from nystrom.model import NystromformerForMaskedLM, from_bert, minilm_path, save_tokenizer, to_long
+    from nystrom.model.long import fresh_mlm_head
+    from nystrom.model.transfer import transfer
+
+    attention, _ = VARIANTS[variant]
+    source = minilm_path()
+    if attention is None:
+        bert = from_bert(source, attention="softmax")
+        model = transfer(bert, NystromformerForMaskedLM, bert.config)
+        fresh_mlm_head(model, seed=run.seed)
+    else:
+        model = to_long(source, max_position_embeddings=run.long_length, attention=attention, seed=run.seed)
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    model.save_pretrained(tmp)
+    save_tokenizer(source / "tokenizer.json", tmp, model_max_length=model.config.max_position_embeddings)
+    os.replace(tmp, folder)
+    return folder
+
+
+def train_variant(run: LongContextRun, variant: str, *, progress: bool = True) -> None:
+    """Train (or resume) one variant in a child process; a finished one (results.json) is skipped."""
+    if (run.out / variant / "results.json").is_file():
+        return
+    prepare_model(run, variant)
+    cmd = [sys.executable, "-m", "nystrom_lab.cli", *run.pretrain_args(variant)]
+    if not progress:
+        cmd.append("--no-progress")
+    print(f"[long-context] {variant}: {' '.join(cmd[3:])}", flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def record(run: LongContextRun) -> dict:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(run).items()}
+
+
+def write_settings(run: LongContextRun) -> None:
+    run.out.mkdir(parents=True, exist_ok=True)
+    (run.out / "settings.json").write_text(json.dumps(record(run), indent=2, sort_keys=True) + "\n")

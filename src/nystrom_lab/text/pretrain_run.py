@@ -1,0 +1,95 @@
+"""Options of one ``nystrom pretrain`` run (:class:`PretrainRun`) and the training configuration they give.
+
+Shared by the MLM + SOP path (:mod:`nystrom_lab.text.pretrain`) and the MLM-only path on packed documents
+(:mod:`nystrom_lab.text.mlm`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nystrom_lab.data.names import DUPE_FACTOR, SHORT_SEQ_PROB
+from nystrom_lab.text.presets import OBJECTIVES, PAPER_CONV_KERNEL, PRETRAIN_PRESETS, WARMUP_FRACTION
+from nystrom_lab.training.config import TrainConfig
+
+
+@dataclass(frozen=True)
+class PretrainRun:
+    """Options of one ``nystrom pretrain`` run; None means "the preset's value"."""
+
+    corpus: tuple[str, ...]
+    out: Path
+    preset: str = "quick"
+    tokenizer: Path | None = None
+    train_tokenizer: int | None = None  # train a WordPiece of this vocabulary on the corpus
+    init_from_bert: str | None = None
+    init_from: str | None = None  # a folder of ours (e.g. `nystrom convert long` output); keeps its attention
+    model: str = "bert-small"  # preset name or config JSON (ignored with init_from_bert / init_from)
+    attention: str | None = "nystrom-64"  # None: the init_from folder's own
+    objective: str = "mlm+sop"  # or "mlm": packed whole documents, MLM only (pretrain_mlm.py)
+    reference_length: int | None = None  # mlm: dev position buckets of this length (default: seq_len)
+    gradient_checkpointing: bool = False
+    eval_at_start: bool = False
+    conv_kernel: int | None = PAPER_CONV_KERNEL
+    steps: int | None = None
+    batch_size: int | None = None
+    seq_len: int | None = None
+    lr: float | None = None
+    warmup: int | None = None
+    eval_every: int | None = None
+    eval_batches: int | None = None
+    dropout: float | None = None
+    doc_mode: str = "blank"
+    dev_fraction: float = 0.05
+    short_seq_prob: float = SHORT_SEQ_PROB
+    grad_accum: int = 1
+    seed: int = 0
+    dupe_factor: int = DUPE_FACTOR  # draws of masks / segment order per training pair (dev: one)
+    precision: str = "fp32"  # fp32, bf16, fp16 (nystrom_lab.training.device)
+    device: str = "auto"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRETRAIN_PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRETRAIN_PRESETS)}, got {self.preset!r}")
+        if not self.corpus:
+            raise ValueError("--corpus: give at least one file, folder or built-in corpus name")
+        if self.tokenizer is not None and self.train_tokenizer is not None:
+            raise ValueError("give --tokenizer or --train-tokenizer, not both")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.init_from and self.init_from_bert:
+            raise ValueError("give --init-from or --init-from-bert, not both")
+        if self.init_from and self.objective != "mlm":
+            raise ValueError("--init-from continues masked-LM pre-training: use it with --objective mlm")
+        if self.attention is None and not self.init_from:
+            raise ValueError("--attention is required unless --init-from gives a model")
+
+    def train_config(self) -> TrainConfig:
+        p = PRETRAIN_PRESETS[self.preset]
+        steps = self.steps or p.steps
+        warmup = self.warmup if self.warmup is not None else max(1, round(WARMUP_FRACTION * steps))
+        return TrainConfig(
+            steps=steps,
+            batch_size=self.batch_size or p.batch_size,
+            lr=self.lr or p.lr,
+            warmup=warmup,
+            weight_decay=0.01,
+            betas=(0.9, 0.999),
+            eps=1e-6,
+            grad_accum=self.grad_accum,
+            clip=1.0,
+            precision=self.precision,
+            device=self.device,
+            compile=self.compile,
+            eval_every=min(self.eval_every or p.eval_every, steps),
+            eval_at_start=self.eval_at_start,
+            eval_batches=self.eval_batches or p.eval_batches,
+            log_every=max(1, min(10, steps // 20)),
+            seed=self.seed,
+            metric="mlm_accuracy",
+        )
+
+    def length(self) -> int:
+        return self.seq_len or PRETRAIN_PRESETS[self.preset].seq_len
