@@ -112,11 +112,11 @@ def test_ddp_two_processes_equals_one_process(setup, tmp_path, free_port):
     one, two = tmp_path / "one", tmp_path / "two"
     # batch 4: the 5 dev examples make 2 evaluation batches, one per process
     extra = ("--steps", "4", "--lr", "1e-3", "--eval-every", "2", "--batch-size", "4")
-    cmd = [sys.executable, "-m", "nystrom_lab.text.pretrain_commands"]
+    cmd = [sys.executable, "-m", "nystrom_lab.cli"]
     subprocess.run([*cmd, *_args(setup, one, *extra)], check=True, env=ENV, capture_output=True)
     ddp = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={free_port}", "-m"]
     proc = subprocess.run(
-        [*ddp, "nystrom_lab.text.pretrain_commands", *_args(setup, two, *extra)],
+        [*ddp, "nystrom_lab.cli", *_args(setup, two, *extra)],
         env=ENV,
         capture_output=True,
         text=True,
