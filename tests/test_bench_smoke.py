@@ -9,6 +9,7 @@ import torch
 from nystrom.attention import SoftmaxAttention
 from nystrom_lab.argtypes import UsageError
 from nystrom_lab.bench import approx, table1
+from nystrom_lab.bench.approx_commands import register as register_approx
 from nystrom_lab.bench.commands import register
 
 
@@ -223,7 +224,9 @@ def test_approx_render_tables():
 
 def _parse(argv):
     p = argparse.ArgumentParser(prog="nystrom")
-    register(p.add_subparsers(dest="command", required=True))
+    sub = p.add_subparsers(dest="command", required=True)
+    register(sub)
+    register_approx(sub)
     return p.parse_args(argv)
 
 
@@ -231,10 +234,11 @@ def test_commands_parse_and_reject_foreign_options():
     args = _parse(["bench"])
     assert args.suite == "table1" and args.func.__name__ == "_cmd_bench"
     assert _parse(["bench", "core", "--modes", "core,fwd"]).modes == ("core", "fwd")
-    with pytest.raises(UsageError, match="--landmarks"):
-        args.func(_parse(["bench", "--landmarks", "32"]))
-    with pytest.raises(UsageError, match="--device"):
-        args.func(_parse(["bench", "core", "--device", "cpu"]))
+    with pytest.raises(UsageError, match="--attention"):
+        args.func(_parse(["bench", "--attention", "nystrom-32"]))  # core only
+    assert _parse(["bench", "core", "--device", "cpu"]).device == "cpu"  # every suite takes --device
+    with pytest.raises(UsageError, match="runs on the CPU only"):
+        args.func(argparse.Namespace(**{**vars(_parse(["bench", "core"])), "device": "cuda"}))
     with pytest.raises(UsageError, match="unknown"):
         args.func(_parse(["bench", "--methods", "nystrom-64,bogus"]))
     assert _parse(["approx", "--quick"]).func.__name__ == "_cmd_approx"

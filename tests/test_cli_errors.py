@@ -28,7 +28,8 @@ def test_a_bogus_attention_fails_at_parse_time_before_listops_is_generated(tmp_p
     argv = ["lra", "listops", "--attention", "bogus", "--listops-sizes", "200,50,50", "--out", str(out)]
     assert main(argv) == 2
     lines = _err(capsys)
-    assert lines[0].startswith("nystrom: error: argument --attention: unknown variant 'bogus'; choose one of")
+    assert lines[0].startswith("nystrom: error: argument --attention: unknown attention 'bogus'; expected NAME[-M]")
+    assert "nystrom-32,conv_kernel_size=none,pinv=exact" in lines[0]  # the valid forms, by example
     assert lines[1] == "hint: `nystrom lra --help` lists the options" and len(lines) == 2
     assert not out.exists()  # nothing generated (the official set takes 40 s and 1.1 GB)
 
@@ -48,7 +49,8 @@ def _file(tmp_path: Path) -> Path:
     return path
 
 
-#: (command line, the option and the words the one-line error must name); "{f}" is a file, "{m}" missing
+#: (command line, the option and the words the one-line error must name); "{f}" is a file, "{m}" missing,
+#: "{d}" an empty folder
 # fmt: off
 BAD = [
     # nystrom lra
@@ -60,29 +62,32 @@ BAD = [
     (["lra", "text", "--data", "{m}"], "--data: '{m}' does not exist"),
     (["lra", "text", "--data", "{f}"], "--data: '{f}' is a file, not a folder"),
     (["lra", "listops", "--out", "{f}"], "--out: '{f}' is a file"),
-    (["lra", "listops", "--attention", "nystrom-0"], "--attention: the number (num_landmarks) must be >= 1"),
-    (["lra", "listops", "--attention", "softmax-64"], "--attention: softmax takes no number"),
+    (["lra", "listops", "--attention", "nystrom-0"], "--attention: nystrom: num_landmarks must be a positive int"),
+    (["lra", "listops", "--attention", "softmax-64"], "--attention: 'softmax-64': softmax takes no -M number"),
+    (["lra", "listops", "--attention", "nystrom,landmarks=8"], "'landmarks=8' is not key=value with a key of nystrom (num_landmarks,"),
     (["lra", "listops", "--listops-sizes", "10,0,5"], "--listops-sizes: expected TRAIN,DEV,TEST positive"),
     (["lra", "image", "--listops-sizes", "10,5,5"], "only applies to the listops task"),
-    # nystrom pretrain / finetune / pretrain-compare
+    # nystrom pretrain / finetune / plot-runs / convert
     (["pretrain", "--corpus", "{m}", "--out", "o"], "--corpus: '{m}' does not exist"),
-    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--attention", "bogus"], "--attention: must be"),
+    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--attention", "bogus"], "--attention: unknown attention 'bogus'"),
     (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--steps", "0"], "--steps: expected a positive"),
     (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--warmup=-1"], "--warmup: expected an integer >= 0"),
     (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--dev-fraction", "1"], "--dev-fraction: expected a number between 0 and 1"),
-    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--model", "{m}.json"], "--model: '{m}.json' does not exist"),
-    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--model", "bert-huge"], "--model: expected a preset name"),
+    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--init-from", "{m}.json"], "--init-from: '{m}.json' does not exist"),
+    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--init-from", "bert-huge"], "--init-from: 'bert-huge' is neither an existing folder nor a preset"),
     (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--tokenizer", "{m}"], "--tokenizer: '{m}' does not exist"),
-    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--init-from-bert", "{m}"], "--init-from-bert: '{m}' does not exist"),
+    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--init-from", "{m}"], "--init-from: '{m}' is neither"),
+    (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--init-from", "{d}"], "--init-from: '{d}' holds no config.json"),
     (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--grad-accum", "0"], "--grad-accum: expected a positive"),
     (["pretrain", "--corpus", "python-docstrings", "--out", "o", "--dropout", "1"], "--dropout: expected a probability"),
     (["finetune", "sst2", "--data", "{m}", "--out", "o"], "--data: '{m}' does not exist"),
     (["finetune", "sst2", "--data", ".", "--out", "o", "--epochs", "inf"], "--epochs: expected a finite number > 0"),
-    (["finetune", "sst2", "--data", ".", "--out", "o", "--from-hf", "{m}"], "--from-hf: '{m}' does not exist"),
-    (["finetune", "sst2", "--data", ".", "--out", "o", "--from-pretrain", "{f}"], "--from-pretrain: '{f}' is a file"),
+    (["finetune", "sst2", "--data", ".", "--out", "o", "--init-from", "{f}"], "--init-from: '{f}' is neither"),
     (["finetune", "sst2", "--data", ".", "--out", "o", "--max-length", "0"], "--max-length: expected a positive"),
-    (["pretrain-compare", "{m}", "--png", "x.png"], "runs: '{m}' does not exist"),
-    (["pretrain-compare", ".", "--png", "{m}/x.png"], "--png: the folder of '{m}/x.png' does not exist"),
+    (["plot-runs", "{m}", "--png", "x.png"], "runs: '{m}' does not exist"),
+    (["plot-runs", ".", "--png", "{m}/x.png"], "--png: the folder of '{m}/x.png' does not exist"),
+    (["convert", "long", "--init-from", "{m}", "--max-length", "9", "--out", "o"], "--init-from: '{m}' is neither"),
+    (["convert", "to-hf", "--init-from", "{d}", "--out", "o"], "--init-from: '{d}' holds no config.json"),
     # nystrom data
     (["data", "listops", "{f}"], "OUT_DIR: '{f}' is a file"),
     (["data", "listops", "o", "--train=-1"], "--train: expected an integer >= 0"),
@@ -94,7 +99,9 @@ BAD = [
     (["bench", "--budget", "inf"], "--budget: expected a finite number > 0"),
     (["bench", "--repeats", "0"], "--repeats: expected a positive integer"),
     (["bench", "--out", "{f}"], "--out: '{f}' is a file"),
-    (["bench", "--landmarks", "32"], "option(s) ['--landmarks'] do not apply"),
+    (["bench", "--attention", "nystrom-32"], "option(s) ['--attention'] do not apply"),
+    (["bench", "core", "--attention", "softmax"], "bench core compares Nyström implementations"),
+    (["bench", "core", "--attention", "nystrom,pinv=exact"], "give nystrom or nystrom-M"),
     (["bench", "--methods", "nystrom-64,bogus"], "--methods: unknown ['bogus']"),
     (["bench", "core", "--impls", "bogus"], "--impls: unknown ['bogus']"),
     (["approx", "--text", "{m}"], "--text: '{m}' does not exist"),
@@ -109,7 +116,8 @@ BAD = [
 @pytest.mark.parametrize("argv, words", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_every_bad_option_is_a_usage_error_naming_it(argv, words, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # relative outputs (o, x.png) land in the test's folder, if anywhere
-    fill = {"{f}": str(_file(tmp_path)), "{m}": str(tmp_path / "missing")}
+    (tmp_path / "empty").mkdir()
+    fill = {"{f}": str(_file(tmp_path)), "{m}": str(tmp_path / "missing"), "{d}": str(tmp_path / "empty")}
     for key, val in fill.items():
         argv = [a.replace(key, val) for a in argv]
         words = words.replace(key, val)
@@ -117,7 +125,27 @@ def test_every_bad_option_is_a_usage_error_naming_it(argv, words, tmp_path, caps
     lines = _err(capsys)
     assert lines[0].startswith("nystrom: error: ") and words in lines[0], lines
     assert lines[1].startswith("hint: ") and len(lines) == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing was written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "empty"]  # nothing was written
+
+
+OLD = [
+    (["finetune", "sst2", "--data", ".", "--from-pretrain", "x"], "--from-pretrain", "--init-from"),
+    (["finetune", "sst2", "--data", ".", "--from-hf", "x"], "--from-hf", "--init-from"),
+    (["pretrain", "--corpus", "c", "--init-from-bert", "minilm"], "--init-from-bert", "--init-from"),
+    (["pretrain", "--corpus", "c", "--model", "bert-base"], "--model", "--init-from"),
+    (["pretrain", "--corpus", "c", "--seq-len=64"], "--seq-len", "--max-length"),
+    (["pretrain", "--corpus", "c", "--conv-kernel", "5"], "--conv-kernel", "--attention nystrom,conv_kernel_size=K"),
+    (["convert", "long", "--num-landmarks", "8"], "--num-landmarks", "--attention nystrom-M"),
+    (["bench", "core", "--landmarks", "8"], "--landmarks", "--attention nystrom-M"),
+]
+
+
+@pytest.mark.parametrize("argv, old, new", OLD, ids=[o for _, o, _ in OLD])
+def test_an_old_option_is_unknown_and_the_hint_names_the_new_one(argv, old, new, capsys):
+    """One name per concept: the old spellings are gone (no aliases), and the error says what replaced them."""
+    assert main(argv) == 2
+    lines = _err(capsys)
+    assert lines[0].startswith("nystrom: error: ") and lines[1].startswith(f"hint: {old} is now {new} (")
 
 
 # ---------------------------------------------------------------- failures while running
@@ -200,7 +228,7 @@ def test_the_approx_ranges_are_those_of_the_bundled_minilm():
     import json
 
     from nystrom.model import minilm_path
-    from nystrom_lab.bench.commands import MINILM_HEADS, MINILM_LAYERS
+    from nystrom_lab.bench.approx_commands import MINILM_HEADS, MINILM_LAYERS
 
     cfg = json.loads((minilm_path() / "config.json").read_text())
     assert (cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (MINILM_LAYERS, MINILM_HEADS)

@@ -13,7 +13,7 @@ transformers.logging.set_verbosity_error()
 
 def test_convert_from_bert_gives_a_pipeline_ready_folder(tmp_path, capsys):
     minilm = minilm_path()
-    assert main(["convert", "from-bert", str(minilm), str(tmp_path / "nys"), "--attention", "softmax"]) == 0
+    assert main(["convert", "to-nystrom", "--init-from", "minilm", "--out", str(tmp_path / "nys"), "--attention", "softmax"]) == 0
     text = "Nyström attention approximates softmax attention with landmarks."
     ours = transformers.pipeline("feature-extraction", model=str(tmp_path / "nys"))
     bert = transformers.pipeline("feature-extraction", model=str(minilm))
@@ -21,7 +21,7 @@ def test_convert_from_bert_gives_a_pipeline_ready_folder(tmp_path, capsys):
     assert a.shape == b.shape and a.shape[-1] == 384
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # softmax attention: BERT's function
     # and back out to transformers' own Nystromformer, tokenizer included
-    assert main(["convert", "to-hf", str(tmp_path / "nys"), str(tmp_path / "hf")]) == 0
+    assert main(["convert", "to-hf", "--init-from", str(tmp_path / "nys"), "--out", str(tmp_path / "hf")]) == 0
     hf = transformers.AutoModel.from_pretrained(tmp_path / "hf")
     assert type(hf).__name__ == "NystromformerModel"
     assert transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")(text)["input_ids"][0] == 101
@@ -34,7 +34,7 @@ def test_convert_notes_a_missing_tokenizer(tmp_path, capsys):
                                      intermediate_size=32, num_hidden_layers=1, attention="softmax", pooler=False,
                                      pooling="cls")  # fmt: skip
     NystromformerModel(cfg).save_pretrained(tmp_path / "m")
-    assert main(["convert", "to-hf", str(tmp_path / "m"), str(tmp_path / "hf")]) == 0
+    assert main(["convert", "to-hf", "--init-from", str(tmp_path / "m"), "--out", str(tmp_path / "hf")]) == 0
     assert "has no tokenizer" in capsys.readouterr().err
     # refused at parse time, before any work
     assert (
@@ -42,7 +42,9 @@ def test_convert_notes_a_missing_tokenizer(tmp_path, capsys):
             [
                 "convert",
                 "to-hf",
+                "--init-from",
                 str(tmp_path / "m"),
+                "--out",
                 str(tmp_path / "x"),
                 "--tokenizer",
                 str(tmp_path / "no.json"),

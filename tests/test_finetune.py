@@ -95,8 +95,8 @@ def test_pair_encoding_truncates_longest_first(setup):
 
 
 def _run(setup, task, out, data, *extra):
-    args = ["finetune", task, "--data", str(data), "--out", str(out), "--model", str(setup / "tiny.json"),
-            "--tokenizer", str(setup / "tokenizer.json"), "--attention", "nystrom-4", "--conv-kernel", "3",
+    args = ["finetune", task, "--data", str(data), "--out", str(out), "--init-from", str(setup / "tiny.json"),
+            "--tokenizer", str(setup / "tokenizer.json"), "--attention", "nystrom-4,conv_kernel_size=3",
             "--batch-size", "4", "--epochs", "2", "--lr", "1e-3", "--no-progress", *extra]  # fmt: skip
     assert main(args) == 0
     return json.loads((out / "finetune_results.json").read_text())
@@ -158,11 +158,11 @@ def test_imdb_from_a_pretrain_run(setup, tmp_path):
     pre = tmp_path / "pre"
     assert main([
         "pretrain", "--corpus", str(FIX / "corpus"), "--tokenizer", str(setup / "tokenizer.json"),
-        "--model", str(setup / "tiny.json"), "--attention", "nystrom-4", "--conv-kernel", "3", "--seq-len", "32",
+        "--init-from", str(setup / "tiny.json"), "--attention", "nystrom-4,conv_kernel_size=3", "--max-length", "32",
         "--steps", "2", "--batch-size", "4", "--dev-fraction", "0.2", "--out", str(pre), "--no-progress",
     ]) == 0  # fmt: skip
     out = tmp_path / "imdb"
-    args = ["finetune", "imdb", "--data", str(IMDB), "--out", str(out), "--from-pretrain", str(pre),
+    args = ["finetune", "imdb", "--data", str(IMDB), "--out", str(out), "--init-from", str(pre),
             "--batch-size", "2", "--epochs", "1", "--max-length", "64", "--no-progress"]  # fmt: skip
     assert main(args) == 0
     res = json.loads((out / "finetune_results.json").read_text())

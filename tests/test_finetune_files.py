@@ -32,8 +32,8 @@ def tiny(tmp_path_factory):
 
 
 def _model_args(tiny):
-    return ["--model", str(tiny / "tiny.json"), "--tokenizer", str(tiny / "tokenizer.json"), "--attention",
-            "nystrom-4", "--conv-kernel", "3", "--batch-size", "4", "--lr", "3e-3", "--dropout", "0", "--no-progress",
+    return ["--init-from", str(tiny / "tiny.json"), "--tokenizer", str(tiny / "tokenizer.json"), "--attention",
+            "nystrom-4,conv_kernel_size=3", "--batch-size", "4", "--lr", "3e-3", "--dropout", "0", "--no-progress",
             "--device", "cpu", "--max-length", "32"]  # fmt: skip
 
 
@@ -153,7 +153,7 @@ def test_the_issues_bare_command_defaults_to_minilm_and_a_runs_folder(tiny, monk
     argv = ["finetune", "--train-file", str(tiny / "train.csv"), "--validation-file", str(tiny / "dev.csv"),
             "--text-column", "text", "--label-column", "label"]  # fmt: skip
     assert cli_main(argv) == 0
-    assert seen[0].init_from_bert == "minilm" and seen[0].out == Path("runs/finetune/train")
+    assert seen[0].init_from == "minilm" and seen[0].out == Path("runs/finetune/train")
 
 
 def test_long_documents_from_a_converted_model_report_their_truncation(tiny, tmp_path, capsys):
@@ -164,8 +164,8 @@ def test_long_documents_from_a_converted_model_report_their_truncation(tiny, tmp
     torch.manual_seed(0)
     NystromformerForMaskedLM(cfg).save_pretrained(tmp_path / "short")
     (tmp_path / "short" / "tokenizer.json").write_bytes((tiny / "tokenizer.json").read_bytes())
-    assert cli_main(["convert", "long", str(tmp_path / "short"), "--max-length", "256", "--out", str(tmp_path / "long"),
-                     "--num-landmarks", "8", "--conv-kernel", "3"]) == 0  # fmt: skip
+    assert cli_main(["convert", "long", "--init-from", str(tmp_path / "short"), "--max-length", "256",
+                     "--out", str(tmp_path / "long"), "--attention", "nystrom-8,conv_kernel_size=3"]) == 0  # fmt: skip
     docs = [(" ".join([POS[i % 3]] * (4 + 8 * i)), "pos") for i in range(6)] + [(NEG[i % 3], "neg") for i in range(6)]
     (tmp_path / "docs.csv").write_text("text,label\n" + "".join(f"{t},{y}\n" for t, y in docs))
     out = tmp_path / "run"

@@ -41,7 +41,9 @@ print(json.dumps({{"code": code, "err": err.getvalue(), "out": out.getvalue()[:2
         (["bench", "--help"], 0, ""),
         (["lra", "listops", "--attention", "bogus"], 2, "bogus"),
         (["pretrain", "--attention", "nystrom-x", "--corpus", "c", "--out", "o"], 2, "nystrom-x"),
-        (["pretrain", "--model", "bert-huge", "--corpus", "c", "--out", "o"], 2, "bert-huge"),
+        (["pretrain", "--init-from", "bert-huge", "--corpus", "c", "--out", "o"], 2, "bert-huge"),
+        (["finetune", "sst2", "--attention", "nystrom-8,pinv=svd"], 2, "pinv must be one of"),
+        (["pretrain", "figure5", "--help"], 0, ""),
         (["pretrain"], 2, "--corpus and --out required"),  # raised by the command, after parsing
     ],
 )

@@ -140,8 +140,8 @@ def test_cli_convert_long_writes_a_folder_with_its_tokenizer(tmp_path, capsys):
     corpus.write_text("the cat sat on the mat\n\nthe dog ran in the park\n" * 5)
     train_wordpiece([corpus], folder / "tokenizer.json", vocab_size=50)
     out = tmp_path / "long"
-    code = text_main(["convert", "long", str(folder), "--max-length", "64", "--out", str(out),
-                      "--num-landmarks", "8", "--conv-kernel", "3"])  # fmt: skip
+    code = text_main(["convert", "long", "--init-from", str(folder), "--max-length", "64", "--out", str(out),
+                      "--attention", "nystrom-8,conv_kernel_size=3"])  # fmt: skip
     assert code == 0 and "16 rows copied 4.0x" in capsys.readouterr().out
     model = load_folder(out)
     assert type(model) is NystromformerForMaskedLM
@@ -150,6 +150,6 @@ def test_cli_convert_long_writes_a_folder_with_its_tokenizer(tmp_path, capsys):
     assert transformers.AutoTokenizer.from_pretrained(out)("the cat").input_ids[0] is not None
     keys = load_file(out / "model.safetensors")
     assert keys["nystromformer.embeddings.position_embeddings.weight"].shape == (64, 32)
-    assert cli_main(["convert", "long", str(folder), "--max-length", "16", "--out", str(tmp_path / "x")]) == 2
+    assert cli_main(["convert", "long", "--init-from", str(folder), "--max-length", "16", "--out", str(tmp_path / "x")]) == 2
     assert "must be above the source's 16 positions" in capsys.readouterr().err
     assert not (tmp_path / "x" / "config.json").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_model
 
+from nystrom.attention import NystromAttention
 from nystrom.model import NystromformerForDualSequenceClassification, NystromformerForSequenceClassification
 from nystrom_lab.argtypes import UsageError
 from nystrom_lab.lra.commands import register
@@ -19,7 +21,6 @@ from nystrom_lab.lra.experiment import (
     build_model,
     make_task,
     model_config,
-    parse_attention_spec,
     run_lra,
     train_config,
 )
@@ -37,46 +38,29 @@ def _cli(argv: list[str]) -> int:
     return args.func(args)
 
 
-# ---------------------------------------------------------------- attention specs
+# ---------------------------------------------------------------- attention specs (grammar: test_attention_spec.py)
 @pytest.mark.parametrize(
     "spec, expected",
     [
-        (
-            "nystrom-64",
-            {"name": "nystrom", "num_landmarks": 64, "pinv_iterations": 6, "conv_kernel_size": 35},
-        ),
-        (
-            "nystrom-32",
-            {"name": "nystrom", "num_landmarks": 32, "pinv_iterations": 6, "conv_kernel_size": 35},
-        ),
-        ("nystrom", {"name": "nystrom", "num_landmarks": 64, "pinv_iterations": 6, "conv_kernel_size": 35}),
+        ("nystrom", {"name": "nystrom", "conv_kernel_size": 35}),  # the official LRA conv kernel
+        ("nystrom-32", {"name": "nystrom", "conv_kernel_size": 35, "num_landmarks": 32}),
+        ("nystrom-32,conv_kernel_size=none", {"name": "nystrom", "conv_kernel_size": None, "num_landmarks": 32}),
         ("softmax", {"name": "softmax"}),
         ("linformer-256", {"name": "linformer", "proj_len": 256, "max_seq_len": 2000}),
         ("performer-256", {"name": "performer", "num_features": 256}),
-        ("reformer-2", {"name": "reformer", "n_hashes": 2}),
-        ("longformer-257", {"name": "longformer", "window_size": 257}),
     ],
 )
-def test_attention_spec_maps_the_number_to_the_main_option(spec, expected):
-    assert parse_attention_spec(spec, max_length=2000) == expected
+def test_lra_model_takes_the_spec_over_the_official_preset(spec, expected):
+    cfg = model_config(LRARun(task="listops", attention=spec, max_length=2000))
+    assert cfg.attention == expected
 
 
-@pytest.mark.parametrize(
-    "spec, message",
-    [
-        ("nystrom-x", "<name>-<int>"),
-        ("Nystrom-64", "<name>-<int>"),
-        ("nystrom-64-2", "<name>-<int>"),
-        ("", "<name>-<int>"),
-        ("bigbird-64", "unknown variant 'bigbird'"),
-        ("softmax-64", "softmax takes no number"),
-        ("nystrom-0", "must be >= 1"),
-        ("longformer-256", "window must be odd"),
-    ],
-)
-def test_bad_attention_specs_raise_clear_errors(spec, message):
-    with pytest.raises(ValueError, match=message):
-        parse_attention_spec(spec, max_length=2000)
+def test_a_bare_name_runs_the_constructors_default_and_names_the_folder_by_it():
+    m = inspect.signature(NystromAttention).parameters["num_landmarks"].default
+    run = LRARun(task="listops", attention="nystrom", max_length=128)
+    layers = [mod for mod in build_model(run).modules() if isinstance(mod, NystromAttention)]
+    assert layers and {mod.num_landmarks for mod in layers} == {m}
+    assert run.out_dir().name == f"listops-nystrom-{m}-official-seed0"
 
 
 def test_argparse_rejects_bad_numbers():

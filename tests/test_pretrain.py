@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from nystrom.model import NystromformerConfig, NystromformerForPreTraining
 from nystrom_lab.cli import run_command as main
 from nystrom_lab.data.text import train_wordpiece
-from nystrom_lab.text.figure5 import compare_runs
-from nystrom_lab.text.models import parse_attention
+from nystrom_lab.text.figure5 import plot_runs
+from nystrom_lab.text.models import text_attention
 from nystrom_lab.text.pretrain import PretrainRun, build_model, run_pretrain
 from nystrom_lab.training.logging import read_metrics
 
@@ -38,24 +38,21 @@ def setup(tmp_path_factory):
 def _args(setup: Path, out: Path, *extra: str) -> list[str]:
     return [
         "pretrain", "--corpus", str(CORPUS), "--tokenizer", str(setup / "tokenizer.json"),
-        "--model", str(setup / "tiny.json"), "--attention", "nystrom-8", "--conv-kernel", "5",
-        "--seq-len", "48", "--batch-size", "8", "--dev-fraction", "0.2", "--dropout", "0",
+        "--init-from", str(setup / "tiny.json"), "--attention", "nystrom-8,conv_kernel_size=5",
+        "--max-length", "48", "--batch-size", "8", "--dev-fraction", "0.2", "--dropout", "0",
         "--out", str(out), "--no-progress", *extra,
     ]  # fmt: skip
 
 
-def test_parse_attention():
-    assert parse_attention("nystrom-64") == {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65}
-    assert parse_attention("softmax") == {"name": "softmax"}
-    assert parse_attention("linear") == {"name": "linear"}
+def test_text_attention_takes_the_papers_bert_conv_kernel_unless_the_spec_sets_one():
+    assert text_attention("nystrom-64") == {"name": "nystrom", "conv_kernel_size": 65, "num_landmarks": 64}
+    assert text_attention("nystrom") == {"name": "nystrom", "conv_kernel_size": 65}  # m: the constructor's
+    assert text_attention("nystrom,conv_kernel_size=none") == {"name": "nystrom", "conv_kernel_size": None}
+    assert text_attention("softmax") == {"name": "softmax"} and text_attention(None) is None
     linformer = {"name": "linformer", "proj_len": 256, "max_seq_len": 512}
-    assert parse_attention("linformer-256", max_seq_len=512) == linformer
-    assert parse_attention("performer-256") == {"name": "performer", "num_features": 256}
+    assert text_attention("linformer-256", max_length=512) == linformer
     with pytest.raises(ValueError, match="sequence length"):
-        parse_attention("linformer-64")
-    for bad in ("nystrom", "softmax-3", "linear-2", "nystrom-0", "longformer-9"):
-        with pytest.raises(ValueError, match="--attention"):
-            parse_attention(bad)
+        text_attention("linformer-64")
 
 
 def test_pretraining_loss_falls_and_writes_a_loadable_model(setup, tmp_path):
@@ -82,10 +79,9 @@ def test_pretraining_loss_falls_and_writes_a_loadable_model(setup, tmp_path):
 
 
 def test_init_from_minilm_keeps_the_encoder():
-    run = PretrainRun(
-        corpus=("python-docstrings",), out=Path("unused"), init_from_bert="minilm", attention="softmax"
-    )
-    model, tok = build_model(run)
+    run = PretrainRun(corpus=("python-docstrings",), out=Path("unused"), init_from="minilm", attention="softmax")
+    model, tok, preset = build_model(run)
+    assert not preset
     from nystrom.model import from_bert, minilm_path
 
     ref = from_bert(minilm_path(), attention="softmax")
@@ -100,8 +96,8 @@ def test_init_from_minilm_keeps_the_encoder():
 
 def test_resume_with_other_options_is_refused(setup, tmp_path):
     run = PretrainRun(
-        corpus=(str(CORPUS),), out=tmp_path, tokenizer=setup / "tokenizer.json", model=str(setup / "tiny.json"),
-        attention="nystrom-8", seq_len=48, steps=1, batch_size=4, dev_fraction=0.2,
+        corpus=(str(CORPUS),), out=tmp_path, tokenizer=setup / "tokenizer.json", init_from=str(setup / "tiny.json"),
+        attention="nystrom-8", max_length=48, steps=1, batch_size=4, dev_fraction=0.2,
     )  # fmt: skip
     run_pretrain(run, progress=False)
     with pytest.raises(ValueError, match="other options"):
@@ -136,7 +132,7 @@ def test_ddp_two_processes_equals_one_process(setup, tmp_path, free_port):
         assert r1["sop_loss"] == pytest.approx(r2["sop_loss"], abs=1e-5)
 
 
-def test_compare_runs_draws_and_tabulates(tmp_path):
+def test_plot_runs_draws_and_tabulates(tmp_path):
     runs = []
     for name, base in (("nystrom-64", 0.30), ("softmax", 0.32)):
         run = tmp_path / name
@@ -149,7 +145,7 @@ def test_compare_runs_draws_and_tabulates(tmp_path):
         recs.insert(0, {"step": 5, "split": "train", "loss": 3.0})
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
         runs.append(run)
-    table = compare_runs(runs, tmp_path / "fig5.png", tmp_path / "fig5.md")
+    table = plot_runs(runs, tmp_path / "fig5.png", tmp_path / "fig5.md")
     assert (tmp_path / "fig5.png").stat().st_size > 5000
     lines = table.splitlines()
     assert "nystrom-64 MLM acc" in lines[0] and "softmax SOP acc" in lines[0]
@@ -161,5 +157,10 @@ def test_compare_runs_draws_and_tabulates(tmp_path):
     (ablation / "metrics.jsonl").write_text((runs[0] / "metrics.jsonl").read_text())
     record = {"attention": "nystrom-64", "model_config": {"attention": {"name": "nystrom", "conv_kernel_size": None}}}
     (ablation / "pretrain_run.json").write_text(json.dumps(record))
-    header = compare_runs([*runs, ablation], tmp_path / "ab.png").splitlines()[0]
+    header = plot_runs([*runs, ablation], tmp_path / "ab.png").splitlines()[0]
     assert "nystrom-64 MLM acc" in header and "nystrom-64 no conv MLM acc" in header
+    # a spec that says so itself is not labelled twice
+    record["attention"] = "nystrom-64,conv_kernel_size=none"
+    (ablation / "pretrain_run.json").write_text(json.dumps(record))
+    header = plot_runs([*runs, ablation], tmp_path / "ab.png").splitlines()[0]
+    assert "nystrom-64,conv_kernel_size=none MLM acc" in header and "no conv" not in header

@@ -20,14 +20,34 @@ class UsageError(ValueError):
     """Options that are each valid but not together (found after parsing); reported with exit status 2."""
 
 
+#: options of earlier versions -> the one name each concept has now (no aliases: they are unknown options,
+#: and the error's hint names the new one)
+RENAMED = {
+    "--init-from-bert": "--init-from", "--from-hf": "--init-from", "--from-pretrain": "--init-from",
+    "--model": "--init-from", "--seq-len": "--max-length", "--num-landmarks": "--attention nystrom-M",
+    "--landmarks": "--attention nystrom-M", "--conv-kernel": "--attention nystrom,conv_kernel_size=K",
+}  # fmt: skip
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the ``nystrom: error: <message>`` line and a ``--help`` hint instead of the usage block.
 
     Sub-parsers made by ``add_subparsers`` inherit the class, so every command reports alike.
     """
 
+    _argv: tuple[str, ...] = ()
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._argv = tuple(sys.argv[1:] if args is None else args)  # for error(): the words this parser read
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"nystrom: error: {message}\nhint: `{self.prog} --help` lists the options\n")
+        hint = f"`{self.prog} --help` lists the options"
+        # an old option name is unknown, or its value then reads as a sub-command: say what replaced it
+        old = dict.fromkeys(a.split("=")[0] for a in self._argv if a.split("=")[0] in RENAMED)
+        if old:
+            hint = "; ".join(f"{a} is now {RENAMED[a]}" for a in old) + f" ({hint})"
+        sys.stderr.write(f"nystrom: error: {message}\nhint: {hint}\n")
         sys.exit(2)
 
 
@@ -170,12 +190,18 @@ def device(text: str) -> str:
     return text
 
 
+DEVICE_HELP = "auto (CUDA when available, default), cpu, cuda, cuda:N or mps; under torchrun cuda:LOCAL_RANK"
+
+
+def add_device_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, *, help_: str = DEVICE_HELP) -> None:
+    """``--device``, the one device option of every command that computes (default ``auto``); ``help_`` says
+    what this command does with it (a CPU benchmark refuses cuda)."""
+    p.add_argument("--device", type=device, default="auto", help=help_)
+
+
 def add_device_options(p: argparse.ArgumentParser, *, training: bool = True) -> None:
     """``--device`` (and for training ``--precision``, ``--compile`` and the deprecated ``--bf16``)."""
-    p.add_argument(
-        "--device", type=device, default="auto",
-        help="auto (CUDA when available, default), cpu, cuda, cuda:N or mps; under torchrun cuda:LOCAL_RANK",
-    )  # fmt: skip
+    add_device_option(p)
     p.add_argument(
         "--precision", choices=("fp32", "bf16", "fp16"), default=None,
         help="fp32 (default); bf16 or fp16 autocast (fp16 with loss scaling)",
@@ -199,3 +225,19 @@ def device_options(args: argparse.Namespace) -> dict:
     if hasattr(args, "compile"):
         opts["compile"] = args.compile
     return opts
+
+
+def cpu_only(args: argparse.Namespace, command: str) -> None:
+    """Refuse ``--device`` other than auto or cpu for a command that measures or computes on the CPU only."""
+    if args.device not in ("auto", "cpu"):
+        raise UsageError(f"nystrom {command} runs on the CPU only; --device {args.device} is not supported")
+
+
+def cpu_or_cuda(text: str) -> str:
+    """``--device`` of a command that runs on ``cpu`` or ``cuda`` (one GPU): auto resolved (imports torch)."""
+    from nystrom_lab.training.device import resolve_device
+
+    kind = resolve_device(text).type
+    if kind not in ("cpu", "cuda") or text.startswith("cuda:"):
+        raise UsageError(f"--device {text}: this command runs on cpu or cuda (auto picks CUDA when available)")
+    return kind

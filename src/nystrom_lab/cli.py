@@ -12,12 +12,13 @@ import os
 import sys
 import traceback
 
-from nystrom_lab.argtypes import ArgumentParser, UsageError
+from nystrom_lab.argtypes import ArgumentParser, UsageError, add_device_option, cpu_only
 
 _DEBUG_HINT = "run again with --debug (or NYSTROM_DEBUG=1) for the full traceback"
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    cpu_only(args, "demo")  # its timings are CPU timings (no device synchronisation)
     from nystrom_lab.demo import main
 
     return main(quick=args.quick)
@@ -34,8 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="correctness checks vs exact attention and a quick timing (about a minute)"
     )
     d.add_argument("--quick", action="store_true", help="fewer lengths")
+    add_device_option(d, help_="auto (the default) or cpu: the demo times the CPU; cuda is refused")
     d.set_defaults(func=_cmd_demo)
 
+    from nystrom_lab.bench.approx_commands import register as register_approx
     from nystrom_lab.bench.commands import register as register_bench
     from nystrom_lab.data.lra.commands import register as register_data
     from nystrom_lab.long_context.commands import register as register_long_context
@@ -45,8 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     from nystrom_lab.text.pretrain_commands import register as register_pretrain
 
     register_bench(sub)
+    register_approx(sub)
     register_lra(sub)
-    register_long_context(register_pretrain(sub))  # `nystrom pretrain ...`, `nystrom pretrain long-context`
+    # `nystrom pretrain ...`, `pretrain figure5`, `pretrain long-context` and `nystrom plot-runs`
+    register_long_context(register_pretrain(sub))
     register_finetune(sub)  # `nystrom finetune ...` and `nystrom predict ...`
     register_convert(sub)  # `nystrom convert ...`: folders for transformers
     register_data(sub)

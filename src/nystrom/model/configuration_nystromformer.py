@@ -149,8 +149,9 @@ class NystromformerConfig(PreTrainedConfig):
         if kwargs.get("format") == "nystrom":
             raise ValueError(LEGACY_MESSAGE.format(source="this config.json"))
         if kwargs.get("model_type") not in (None, MODEL_TYPE):
-            how = {"nystromformer": "convert it with nystrom.from_hf(folder) (or `nystrom convert from-hf`)",
-                   "bert": "convert it with nystrom.from_bert(folder) (or `nystrom convert from-bert`)"}  # fmt: skip
+            cli = "`nystrom convert to-nystrom --init-from FOLDER --out OUT`"
+            how = {"nystromformer": f"convert it with nystrom.from_hf(folder) (or {cli})",
+                   "bert": f"convert it with nystrom.from_bert(folder) (or {cli})"}  # fmt: skip
             raise ValueError(
                 f"this config.json has model_type {kwargs['model_type']!r}, not {MODEL_TYPE!r}; "
                 + how.get(kwargs["model_type"], "nystrom converts only 'bert' and 'nystromformer' folders")

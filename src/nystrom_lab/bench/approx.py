@@ -13,11 +13,13 @@ the error measure are in :mod:`nystrom_lab.bench.approx_measure` (its public nam
 from __future__ import annotations
 
 import csv
+import inspect
 import math
 from pathlib import Path
 
 import torch
 
+from nystrom.attention import NystromAttention
 from nystrom.functional import nystrom_factors
 from nystrom_lab.bench.approx_measure import (  # noqa: F401 (re-exported: callers import them from here)
     METHODS,
@@ -72,13 +74,14 @@ def run(
     text: Path | None = None,
     fig_n: int = 512,
     fig_head: int = 0,
-    fig_m: int = 64,
+    fig_m: int | None = None,
     seed: int = 0,
-    out_dir: Path = Path("docs"),
-    markdown: Path | None = Path("docs/benchmarks.md"),
+    out_dir: Path = Path("runs/approx"),
+    markdown: Path | None = Path("runs/approx/benchmarks.md"),
     command: str = "nystrom approx",
 ) -> list[dict]:
-    """Both families over their lengths; writes approx.csv/.md/.png and approx_attention_maps.png."""
+    """Both families over their lengths; writes approx.csv/.md/.png and approx_attention_maps.png. ``fig_m``
+    None: NystromAttention's default landmarks, which the tables also focus on."""
     from tqdm import tqdm
 
     from nystrom_lab.bench.plots import plot_approx, plot_attention_maps
@@ -98,7 +101,9 @@ def run(
     for family, n in tqdm(jobs, desc="approx", unit="n"):
         x = (q[:, :, :n], k[:, :, :n], v[:, :, :n]) if family == "minilm" else lowrank_qkv(n, seed=seed)
         rows += sweep(family, *x, methods=methods, params=params, trials=trials, seed=seed)
-    focus = min(params, key=lambda p: abs(p - 64))
+    default_m = inspect.signature(NystromAttention).parameters["num_landmarks"].default
+    fig_m = default_m if fig_m is None else fig_m
+    focus = min(params, key=lambda p: abs(p - default_m))
     out_dir.mkdir(parents=True, exist_ok=True)
     fields = ["family", "n", "method", "param", "rel_err", "rel_err_std", "reference", "logit_std"]
     with open(out_dir / "approx.csv", "w", newline="") as f:

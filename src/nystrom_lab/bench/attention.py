@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -33,6 +34,8 @@ from nystrom_lab.bench.common import (
 )
 
 IMPLS = ("nystrom", "hf", "lucidrains", "sdpa")
+#: our module's defaults: the other implementations are configured alike, and an unset m is ours
+OURS = {k: p.default for k, p in inspect.signature(NystromAttention).parameters.items()}
 # Calls before timing, every implementation alike. Why more than one: on this VM the first touches of
 # fresh large buffers in a new process are slow (a 134 MB buffer: 150-190 ms for its first two fills,
 # 12 ms from the third; host-side backing of guest memory), so a 65536-token case settles only
@@ -89,9 +92,9 @@ def _lucid_module(
         dim_head=d,
         heads=h,
         num_landmarks=m,
-        pinv_iterations=6,
+        pinv_iterations=OURS["pinv_iterations"],
         residual=conv is not None,
-        residual_conv_kernel=conv or 33,
+        residual_conv_kernel=conv or OURS["conv_kernel_size"],
         dropout=dropout,
     )
     if core_only:  # the caller feeds the (b, n, 3e) q|k|v tensor directly
@@ -152,7 +155,7 @@ def child_main(argv: list[str]) -> None:
     p.add_argument("n", type=int)
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--dim-head", type=int, default=64)
-    p.add_argument("--landmarks", type=int, default=64)
+    p.add_argument("--landmarks", type=int, required=True)  # the parent always passes m
     p.add_argument("--dtype", default="float32")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--budget", type=float, default=20.0)
@@ -184,16 +187,18 @@ def run(
     modes: tuple[str, ...] = MODES,
     heads: int = 8,
     dim_head: int = 64,
-    landmarks: int = 64,
+    landmarks: int | None = None,
     dtype: str = "float32",
     repeats: int = 5,
     max_sdpa_n: int = 16384,
-    out_dir: Path = Path("docs"),
-    markdown: Path | None = Path("docs/benchmarks.md"),
+    out_dir: Path = Path("runs/bench"),
+    markdown: Path | None = Path("runs/bench/benchmarks.md"),
 ) -> list[dict]:
-    """Run every (impl, mode, n) case in a fresh process; write CSV + markdown; return the rows."""
+    """Run every (impl, mode, n) case in a fresh process; write CSV + markdown; return the rows. ``landmarks``
+    None: NystromAttention's default m."""
     from tqdm import tqdm
 
+    landmarks = OURS["num_landmarks"] if landmarks is None else landmarks
     common = [
         "--heads",
         str(heads),

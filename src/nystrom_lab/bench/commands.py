@@ -1,6 +1,7 @@
-"""The ``nystrom bench`` (Table 1, the core or the training benchmark) and ``nystrom approx`` commands.
+"""The ``nystrom bench`` command: Table 1, the core, training and whole-model benchmarks.
 
-``register(subparsers)`` adds both to the top-level parser of :mod:`nystrom_lab.cli`.
+``register(subparsers)`` adds it to the top-level parser of :mod:`nystrom_lab.cli` (``nystrom approx`` is
+:mod:`nystrom_lab.bench.approx_commands`, which shares this module's option helpers).
 """
 
 from __future__ import annotations
@@ -12,36 +13,37 @@ from pathlib import Path
 
 from nystrom_lab.argtypes import (
     UsageError,
-    existing_file,
-    int_in_range,
+    add_device_option,
+    cpu_only,
+    cpu_or_cuda,
     output_dir,
     positive_float,
     positive_int,
     positive_ints,
 )
+from nystrom_lab.attention_spec import attention, parse
 from nystrom_lab.bench.malloc import MALLOC
 
-MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx` reads q, k, v from
+# default output folders: never docs/ (a quick run must not overwrite the committed tables; `--out docs` does)
+BENCH_OUT = Path("runs/bench")
 # options that belong to one suite only; naming one for the other suite is an error, not ignored
-_TABLE1_ONLY = (
-    "device", "batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads", "fresh_process",
-)  # fmt: skip
-_CORE_ONLY = ("impls", "modes", "landmarks")
+_TABLE1_ONLY = ("batch", "methods", "backward", "max_n", "max_exact_n", "budget", "threads", "fresh_process")
+_CORE_ONLY = ("impls", "modes", "attention")
 # what `bench training` does not take: its sizes are the paper's and TransMIL's regimes
-_NOT_TRAINING = (*_TABLE1_ONLY, "modes", "landmarks", "lengths", "heads", "dim_head")
+_NOT_TRAINING = (*_TABLE1_ONLY, "modes", "attention", "lengths", "heads", "dim_head")
 _TRAINING_ONLY = ("malloc",)
 
 
-def _or(value, default):
+def or_default(value, default):
     """The option's value, or the suite's default when the option was not given (None)."""
     return default if value is None else value
 
 
-def _names(text: str) -> tuple[str, ...]:
+def names(text: str) -> tuple[str, ...]:
     return tuple(t for t in text.split(",") if t)
 
 
-def _command_line() -> str:
+def command_line() -> str:
     return "nystrom " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
@@ -59,6 +61,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         given.append("--dtype")
     if given:
         raise UsageError(f"nystrom bench {args.suite}: option(s) {given} do not apply to this suite")
+    if args.suite in ("core", "training"):
+        cpu_only(args, f"bench {args.suite}")  # they measure CPU kernels, allocators and threads
     if args.suite == "models":
         from nystrom_lab.bench.models_commands import cmd
 
@@ -70,28 +74,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return _bench_training(args, markdown)
     from nystrom_lab.bench.table1 import LENGTHS, METHODS, QUICK_LENGTHS, run
 
-    methods = _or(args.methods, tuple(METHODS))
+    methods = or_default(args.methods, tuple(METHODS))
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise UsageError(f"--methods: unknown {bad}; choose from {list(METHODS)}")
     try:
         run(
-            lengths=_or(args.lengths, (QUICK_LENGTHS if args.quick else LENGTHS)),
+            lengths=or_default(args.lengths, (QUICK_LENGTHS if args.quick else LENGTHS)),
             methods=methods,
-            batch=_or(args.batch, 1),
-            heads=_or(args.heads, 12),
-            dim_head=_or(args.dim_head, 64),
+            batch=or_default(args.batch, 1),
+            heads=or_default(args.heads, 12),
+            dim_head=or_default(args.dim_head, 64),
             dtype=args.dtype,
-            device=args.device or "cpu",
+            device=cpu_or_cuda(args.device),
             backward=args.backward,
-            max_n=_or(args.max_n, 16384),
-            max_exact_n=_or(args.max_exact_n, 8192),
-            repeats=_or(args.repeats, (3 if args.quick else 5)),
-            budget_s=_or(args.budget, (3.0 if args.quick else 20.0)),
-            threads=_or(args.threads, 0),
+            max_n=or_default(args.max_n, 16384),
+            max_exact_n=or_default(args.max_exact_n, 8192),
+            repeats=or_default(args.repeats, (3 if args.quick else 5)),
+            budget_s=or_default(args.budget, (3.0 if args.quick else 20.0)),
+            threads=or_default(args.threads, 0),
             out_dir=args.out,
             markdown=markdown,
-            command=_command_line(),
+            command=command_line(),
             fresh_process=args.fresh_process,
         )
     except ValueError as err:
@@ -101,14 +105,23 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _bench_core(args: argparse.Namespace, markdown: Path | None) -> int:
     """The lead's attention-core benchmark, with the options and defaults of the former `bench attention`."""
+    from nystrom_lab.attention_spec import constructor_default
     from nystrom_lab.bench.attention import IMPLS, MODES, run
 
-    lengths = _or(
+    spec = parse(args.attention or "nystrom")
+    if spec["name"] != "nystrom" or set(spec) - {"name", "num_landmarks"}:
+        raise UsageError(
+            f"--attention {args.attention}: bench core compares Nyström implementations at one landmark"
+            " count; give nystrom or nystrom-M"
+        )
+    landmarks = spec.get("num_landmarks") or constructor_default("nystrom", "num_landmarks")
+
+    lengths = or_default(
         args.lengths,
         ([512, 2048, 8192] if args.quick else [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]),
     )
-    impls = _or(args.impls, IMPLS)
-    modes = _or(args.modes, MODES)
+    impls = or_default(args.impls, IMPLS)
+    modes = or_default(args.modes, MODES)
     for name, vals, allowed in (("--impls", impls, IMPLS), ("--modes", modes, MODES)):
         bad = [v for v in vals if v not in allowed]
         if bad:
@@ -117,11 +130,11 @@ def _bench_core(args: argparse.Namespace, markdown: Path | None) -> int:
         lengths=lengths,
         impls=impls,
         modes=modes,
-        heads=_or(args.heads, 8),
-        dim_head=_or(args.dim_head, 64),
-        landmarks=_or(args.landmarks, 64),
+        heads=or_default(args.heads, 8),
+        dim_head=or_default(args.dim_head, 64),
+        landmarks=landmarks,
         dtype=args.dtype,
-        repeats=_or(args.repeats, 5),
+        repeats=or_default(args.repeats, 5),
         out_dir=args.out,
         markdown=markdown,
     )
@@ -132,7 +145,7 @@ def _bench_training(args: argparse.Namespace, markdown: Path | None) -> int:
     """Forward, backward and peak memory in training (paper and TransMIL regimes) + one ListOps step."""
     from nystrom_lab.bench.training import IMPLS, run
 
-    impls = _or(args.impls, IMPLS)
+    impls = or_default(args.impls, IMPLS)
     bad = [v for v in impls if v not in IMPLS]
     if bad or "nystrom" not in impls:
         raise UsageError(f"--impls: unknown {bad} or nystrom missing; choose from {IMPLS} (nystrom required)")
@@ -143,7 +156,7 @@ def _bench_training(args: argparse.Namespace, markdown: Path | None) -> int:
             rounds=args.repeats,
             out_dir=args.out,
             markdown=markdown,
-            command=_command_line(),
+            command=command_line(),
             malloc=args.malloc or "system",
         )
     except ValueError as err:
@@ -151,37 +164,19 @@ def _bench_training(args: argparse.Namespace, markdown: Path | None) -> int:
     return 0
 
 
-def _cmd_approx(args: argparse.Namespace) -> int:
-    from nystrom_lab.bench.approx import METHODS, PARAMS, SYNTH_LENGTHS, TEXT_LENGTHS, run
-
-    methods = _or(args.methods, METHODS)
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        raise UsageError(f"--methods: unknown {bad}; choose from {list(METHODS)}")
-    try:
-        run(
-            text_lengths=tuple(_or(args.text_lengths, ((256, 512) if args.quick else TEXT_LENGTHS))),
-            synth_lengths=tuple(_or(args.synth_lengths, ((512, 1024) if args.quick else SYNTH_LENGTHS))),
-            params=tuple(_or(args.params, ((8, 32, 128) if args.quick else PARAMS))),
-            methods=methods,
-            trials=_or(args.trials, (1 if args.quick else 3)),
-            layer=args.layer,
-            text=args.text,
-            fig_n=args.fig_n,
-            fig_head=args.fig_head,
-            fig_m=args.fig_m,
-            seed=args.seed,
-            out_dir=args.out,
-            markdown=None if args.no_markdown else args.out / "benchmarks.md",
-            command=_command_line(),
-        )
-    except (ValueError, FileNotFoundError) as err:
-        raise UsageError(str(err)) from err  # option values the parser could not check
-    return 0
+def add_output_options(p: argparse.ArgumentParser, default: Path) -> None:
+    """``--out`` (``default``: under runs/, never docs/) and ``--no-markdown`` of a benchmark command."""
+    p.add_argument(
+        "--out", type=output_dir, default=default,
+        help=f"folder for CSV/markdown/PNG and benchmarks.md (default {default}; --out docs updates the"
+        " committed tables)",
+    )  # fmt: skip
+    p.add_argument("--no-markdown", action="store_true", help="do not update OUT/benchmarks.md")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``bench`` and ``approx`` to the ``nystrom`` command's sub-parsers."""
+    """Add ``bench`` to the ``nystrom`` command's sub-parsers."""
+
     b = subparsers.add_parser(
         "bench",
         help="benchmarks, each case in a fresh process: the paper's Table 1 (default), the core or training",
@@ -210,15 +205,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=positive_int,
         help="timed calls per case, median (default 5; table1 --quick 3); training: interleaved rounds",
     )
-    b.add_argument(
-        "--out", type=output_dir, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
-    )
-    b.add_argument("--no-markdown", action="store_true", help="do not update OUT/benchmarks.md")
+    add_output_options(b, BENCH_OUT)
+    add_device_option(
+        b, help_="auto (CUDA when available, default), cpu or cuda: table1 and models run there; core and"
+        " training measure the CPU (they refuse cuda)",
+    )  # fmt: skip
     t = b.add_argument_group("table1 only")
     t.add_argument(
-        "--methods", type=_names, help="comma-separated subset of the Table 1 methods (default all)"
+        "--methods", type=names, help="comma-separated subset of the Table 1 methods (default all)"
     )
-    t.add_argument("--device", choices=("cpu", "cuda"), help="default cpu; cuda raises if unavailable")
     t.add_argument("--batch", type=positive_int, help="inputs per call (default 1, as the paper)")
     t.add_argument(
         "--backward", action="store_true", help="forward + backward of out.sum() instead of forward"
@@ -238,10 +233,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     c = b.add_argument_group("core only")
     c.add_argument(
-        "--impls", type=_names, help="comma-separated subset of nystrom,hf,lucidrains,sdpa (core, training)"
+        "--impls", type=names, help="comma-separated subset of nystrom,hf,lucidrains,sdpa (core, training)"
     )
-    c.add_argument("--modes", type=_names, help="comma-separated subset of core,fwd,fwdbwd")
-    c.add_argument("--landmarks", type=positive_int, help="default 64")
+    c.add_argument("--modes", type=names, help="comma-separated subset of core,fwd,fwdbwd")
+    c.add_argument(
+        "--attention", type=attention, metavar="SPEC",
+        help="nystrom or nystrom-M: the landmarks every implementation uses (default: NystromAttention's)",
+    )  # fmt: skip
     from nystrom_lab.bench.models_commands import add_options
 
     add_options(b)  # models: whole long-document encoders, ours vs transformers' (issue #26)
@@ -254,43 +252,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "caching allocator would); a cached run writes its own json, png and markdown section",
     )
     b.set_defaults(func=_cmd_bench)
-
-    a = subparsers.add_parser(
-        "approx",
-        help="approximation error of each attention variant vs exact softmax, and the paper's Figure 3",
-    )
-    a.add_argument(
-        "--quick",
-        action="store_true",
-        help="n = 256, 512 (text) and 512, 1024 (synthetic), m = 8, 32, 128, 1 trial",
-    )
-    a.add_argument("--text-lengths", type=positive_ints, help="n for the MiniLM family (default 256..2048)")
-    a.add_argument(
-        "--synth-lengths", type=positive_ints, help="n for the low-rank family (default 512..4096)"
-    )
-    a.add_argument("--params", type=positive_ints, help="budgets m (default 8..256)")
-    a.add_argument("--methods", type=_names, help="comma-separated subset (default all)")
-    a.add_argument("--trials", type=positive_int, help="draws of the random methods (default 3, --quick 1)")
-    a.add_argument(
-        "--layer",
-        type=int_in_range(0, MINILM_LAYERS - 1),
-        default=2,
-        help="MiniLM layer whose q, k, v are used (0..5)",
-    )
-    a.add_argument(
-        "--text", type=existing_file, help="English text to tokenise (default CPython LICENSE.txt)"
-    )
-    a.add_argument("--fig-n", type=positive_int, default=512, help="tokens shown in the Figure 3 maps")
-    a.add_argument(
-        "--fig-head",
-        type=int_in_range(0, MINILM_HEADS - 1),
-        default=0,
-        help="MiniLM head shown in Figure 3 (0..11)",
-    )
-    a.add_argument("--fig-m", type=positive_int, default=64, help="landmarks in Figure 3")
-    a.add_argument("--seed", type=int, default=0)
-    a.add_argument(
-        "--out", type=output_dir, default=Path("docs"), help="folder for CSV/markdown/PNG and benchmarks.md"
-    )
-    a.add_argument("--no-markdown", action="store_true", help="do not update OUT/benchmarks.md")
-    a.set_defaults(func=_cmd_approx)

@@ -1,7 +1,7 @@
 """What ``torch.compile`` buys NystromAttention on CPU: eager vs compiled, forward and forward+backward.
 
 Run: ``python -m nystrom_lab.bench.compile`` (a few minutes on 2 cores: each compile takes tens of seconds).
-Module: NystromAttention(512, heads=8, dim_head=64, num_landmarks=64, conv 33), batch 1, float32.
+Module: NystromAttention(512, heads=8, dim_head=64) with its default landmarks and conv, batch 1, float32.
 Eager runs our fused CPU kernels from n = 16384 (SDPA below); compiled code runs the traceable path
 (SDPA for both products, the conv as fused shifted adds). Prints median and min–max of ``REPEATS``
 timed calls after two warm-up calls, and the compile time (first call).
@@ -40,7 +40,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for n in LENGTHS:
         torch.manual_seed(0)
-        mod = NystromAttention(512, heads=8, dim_head=64, num_landmarks=64).eval()
+        mod = NystromAttention(512, heads=8, dim_head=64).eval()
         x = torch.randn(1, n, 512)
         xg = x.clone().requires_grad_(True)
         compiled = torch.compile(mod)

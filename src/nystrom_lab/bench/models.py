@@ -24,6 +24,8 @@ import statistics
 import sys
 import time
 
+from nystrom_lab.attention_spec import constructor_default
+
 MODELS = ("ours-nystrom", "ours-nystrom-recompute", "ours-softmax", "hf-nystromformer", "hf-longformer", "hf-bigbird", "hf-bert")
 SIZES = {
     "minilm": {"layers": 6, "hidden": 384, "heads": 12, "ffn": 1536, "vocab": 30522},
@@ -43,12 +45,13 @@ def build(model: str, *, size: dict, n: int, mode: str):
                   attention_probs_dropout_prob=0.0)  # fmt: skip
     torch.manual_seed(0)
     train = mode == "train"
+    landmarks = constructor_default("nystrom", "num_landmarks")  # ours and HF's Nyströmformer alike
     if model.startswith("ours"):
         from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, NystromformerModel
 
         attention = {"name": "softmax"}
         if model.startswith("ours-nystrom"):  # -recompute: q/k/v recomputed in the backward (leaner training)
-            attention = {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65,
+            attention = {"name": "nystrom", "num_landmarks": landmarks, "conv_kernel_size": 65,
                          "recompute": model.endswith("-recompute")}  # fmt: skip
         cfg = NystromformerConfig(
             vocab_size=size["vocab"], hidden_size=size["hidden"], num_hidden_layers=size["layers"],
@@ -57,7 +60,7 @@ def build(model: str, *, size: dict, n: int, mode: str):
         )  # fmt: skip
         return (NystromformerForMaskedLM if train else NystromformerModel)(cfg)
     if model == "hf-nystromformer":
-        cfg = transformers.NystromformerConfig(**common, max_position_embeddings=n + 2, num_landmarks=64,
+        cfg = transformers.NystromformerConfig(**common, max_position_embeddings=n + 2, num_landmarks=landmarks,
                                                segment_means_seq_len=n, conv_kernel_size=65)  # fmt: skip
         cls = transformers.NystromformerForMaskedLM if train else transformers.NystromformerModel
     elif model == "hf-longformer":

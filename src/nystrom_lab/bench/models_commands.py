@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from nystrom_lab.argtypes import UsageError, positive_int
+from nystrom_lab.argtypes import UsageError, cpu_or_cuda, positive_int
 
 #: options only the models suite takes (the other suites refuse them)
 MODELS_ONLY = ("size", "batches", "models", "model_modes", "rounds")
@@ -45,7 +45,7 @@ def cmd(args: argparse.Namespace) -> int:
     report = run(
         size=args.size or "minilm", lengths=tuple(lengths), batches=args.batches or ((1,) if quick else (1, 4)),
         models=tuple(models), modes=tuple(modes), rounds=args.rounds or (1 if quick else 3),
-        repeats=args.repeats or (1 if quick else 2), dtype=DTYPES[args.dtype], device=args.device or "cpu",
+        repeats=args.repeats or (1 if quick else 2), dtype=DTYPES[args.dtype], device=cpu_or_cuda(args.device),
         threads=args.threads or 0, out_dir=args.out,
     )  # fmt: skip
     print((args.out / "bench_models.md").read_text())

@@ -60,7 +60,7 @@ def run(
     *, size: str = "minilm", lengths: tuple[int, ...] = (512, 4096, 8192, 16384), batches: tuple[int, ...] = (1,),
     models: tuple[str, ...] = MODELS, modes: tuple[str, ...] = MODES, rounds: int = 2, repeats: int = 2,
     dtype: str = "fp32", device: str = "cpu", threads: int = 0, timeout_s: float = 1800,
-    out_dir: Path = Path("docs"), name: str = "bench_models", progress: bool = True,
+    out_dir: Path = Path("runs/bench"), name: str = "bench_models", progress: bool = True,
 ) -> dict:  # fmt: skip
     """Every (mode, n, b, model) case ``rounds`` times, models interleaved within each round; writes
     ``out_dir/bench_models.json`` (+ ``.md``, ``.png``) and returns the report.

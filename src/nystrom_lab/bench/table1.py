@@ -114,8 +114,8 @@ def run(
     budget_s: float = 20.0,
     max_call_s: float = 60.0,
     threads: int = 0,
-    out_dir: Path = Path("docs"),
-    markdown: Path | None = Path("docs/benchmarks.md"),
+    out_dir: Path = Path("runs/bench"),
+    markdown: Path | None = Path("runs/bench/benchmarks.md"),
     command: str = "nystrom bench",
     fresh_process: bool = False,
 ) -> list[dict]:

@@ -216,8 +216,8 @@ def run(
     rounds: int | None = None,
     warmup: int | None = None,
     listops: bool = True,
-    out_dir: Path = Path("docs"),
-    markdown: Path | None = Path("docs/benchmarks.md"),
+    out_dir: Path = Path("runs/bench"),
+    markdown: Path | None = Path("runs/bench/benchmarks.md"),
     command: str = "nystrom bench training",
     malloc: str = "system",
 ) -> dict:

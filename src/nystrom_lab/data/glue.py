@@ -240,7 +240,7 @@ class ClassificationDataset(Sequence):
         return (
             f"{name}: {self.truncated} of {len(self)} examples longer than {self.max_length} tokens were cut"
             f" ({self.tokens_dropped:,} tokens dropped, {self.tokens_dropped / self.truncated:,.0f} per cut example);"
-            " a longer model keeps them: nystrom convert long SRC --max-length N"
+            " a longer model keeps them: nystrom convert long --init-from SRC --max-length N"
         )
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:

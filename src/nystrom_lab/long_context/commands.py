@@ -14,7 +14,7 @@ def cmd_long_context(args) -> int:
     write_settings(run)
     if not args.report_only:
         for variant in run.variants:
-            train_variant(run, variant, progress=not args.no_progress)
+            train_variant(run, variant, progress=not args.no_progress, device=args.device)
     report = write_report(run, probes=not args.no_probes)
     for name, v in report["variants"].items():
         if v:
@@ -26,7 +26,7 @@ def cmd_long_context(args) -> int:
 
         seeds = tuple(args.genre_seeds)
         if not args.report_only:
-            train_genre(run.out, args.genres, seeds=seeds)
+            train_genre(run.out, args.genres, seeds=seeds, device=args.device)
         genre_report(run.out, args.genres, seeds=seeds)
         print((run.out / "genre" / "results.md").read_text())
     return 0
@@ -36,7 +36,7 @@ def register(sub) -> None:
     """``nystrom pretrain long-context`` under the ``pretrain`` command's sub-parsers."""
     import argparse
 
-    from nystrom_lab.argtypes import existing_dir, output_dir, positive_int
+    from nystrom_lab.argtypes import add_device_option, existing_dir, output_dir, positive_int
     from nystrom_lab.long_context import experiment as long_context
     from nystrom_lab.text.options import corpus
 
@@ -56,6 +56,7 @@ def register(sub) -> None:
         " writes OUT/genres): whole documents with nystrom-4096 vs the first 512 tokens with window-512",
     )  # fmt: skip
     c.add_argument("--genre-seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds (default 0)")
+    add_device_option(c, help_="every child run's device: auto (CUDA when available, default), cpu or cuda")
     c.add_argument("--report-only", action="store_true", help="train nothing: rewrite results and figure")
     c.add_argument("--no-probes", action="store_true", help="keep the step-time/memory probes already in results.json")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")

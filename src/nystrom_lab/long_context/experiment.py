@@ -28,10 +28,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-#: variant -> (attention of the converted model, training length)
-VARIANTS: dict[str, tuple[dict | None, int]] = {
-    "softmax-4096": ({"name": "softmax"}, 4096),
-    "nystrom-4096": ({"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65}, 4096),
+#: variant -> (attention spec of the converted model, training length); Nyström: NystromAttention's default
+#: landmarks with the text commands' conv kernel (nystrom_lab.text.presets), as `nystrom convert long` gives
+VARIANTS: dict[str, tuple[str | None, int]] = {
+    "softmax-4096": ("softmax", 4096),
+    "nystrom-4096": ("nystrom", 4096),
     "window-512": (None, 512),  # MiniLM's own softmax attention and 512 positions
 }
 ORDER = ("softmax-4096", "nystrom-4096", "window-512")  # the slowest first
@@ -78,8 +79,8 @@ class LongContextRun:
     def model_dir(self, variant: str) -> Path:
         return self.out / "models" / variant
 
-    def pretrain_args(self, variant: str) -> list[str]:
-        """The ``nystrom pretrain`` arguments that train ``variant``."""
+    def pretrain_args(self, variant: str, *, device: str = "auto") -> list[str]:
+        """The ``nystrom pretrain`` arguments that train ``variant`` on ``device``."""
         length = self.length(variant)
         return [
             "pretrain", "--init-from", str(self.model_dir(variant)), "--objective", "mlm",
@@ -89,6 +90,7 @@ class LongContextRun:
             "--lr", str(self.lr), "--warmup", str(self.warmup), "--eval-every", str(self.eval_every),
             "--eval-batches", "100000", "--eval-at-start", "--dev-fraction", str(self.dev_fraction),
             "--dupe-factor", str(self.dupe_factor), "--precision", self.precision, "--seed", str(self.seed),
+            "--device", device,
         ]  # fmt: skip
 
 
@@ -101,14 +103,16 @@ def prepare_model(run: LongContextRun, variant: str) -> Path:
     from nystrom.model import NystromformerForMaskedLM, from_bert, minilm_path, save_tokenizer, to_long
     from nystrom.model.long import fresh_mlm_head
     from nystrom.model.transfer import transfer
+    from nystrom_lab.text.models import text_attention
 
-    attention, _ = VARIANTS[variant]
+    spec, _ = VARIANTS[variant]
     source = minilm_path()
-    if attention is None:
+    if spec is None:
         bert = from_bert(source, attention="softmax")
         model = transfer(bert, NystromformerForMaskedLM, bert.config)
         fresh_mlm_head(model, seed=run.seed)
     else:
+        attention = text_attention(spec)
         model = to_long(source, max_position_embeddings=run.long_length, attention=attention, seed=run.seed)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
     model.save_pretrained(tmp)
@@ -117,12 +121,13 @@ def prepare_model(run: LongContextRun, variant: str) -> Path:
     return folder
 
 
-def train_variant(run: LongContextRun, variant: str, *, progress: bool = True) -> None:
-    """Train (or resume) one variant in a child process; a finished one (results.json) is skipped."""
+def train_variant(run: LongContextRun, variant: str, *, progress: bool = True, device: str = "auto") -> None:
+    """Train (or resume) one variant in a child process on ``device``; a finished one (results.json) is
+    skipped."""
     if (run.out / variant / "results.json").is_file():
         return
     prepare_model(run, variant)
-    cmd = [sys.executable, "-m", "nystrom_lab.cli", *run.pretrain_args(variant)]
+    cmd = [sys.executable, "-m", "nystrom_lab.cli", *run.pretrain_args(variant, device=device)]
     if not progress:
         cmd.append("--no-progress")
     print(f"[long-context] {variant}: {' '.join(cmd[3:])}", flush=True)

@@ -41,19 +41,22 @@ def run_dir(out: Path, name: str, seed: int) -> Path:
     return out / "genre" / f"{name}-seed{seed}"
 
 
-def finetune_args(out: Path, genres: Path, name: str, seed: int) -> list[str]:
-    """The ``nystrom finetune`` arguments of one run."""
+def finetune_args(out: Path, genres: Path, name: str, seed: int, *, device: str = "auto") -> list[str]:
+    """The ``nystrom finetune`` arguments of one run on ``device``."""
     variant, length = GENRE_RUNS[name]
     return [
         "finetune", "--init-from", str(out / variant), "--max-length", str(length), "--seed", str(seed),
         "--train-file", str(genres / "train.csv"), "--validation-file", str(genres / "validation.csv"),
         "--test-file", str(genres / "test.csv"), "--batch-size", str(BATCH), "--lr", str(LR),
-        "--epochs", str(EPOCHS), "--precision", PRECISION, "--device", "cpu", "--no-progress",
+        "--epochs", str(EPOCHS), "--precision", PRECISION, "--device", device, "--no-progress",
         "--out", str(run_dir(out, name, seed)),
     ]  # fmt: skip
 
 
-def train_genre(out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,), names: tuple[str, ...] = tuple(GENRE_RUNS)) -> None:
+def train_genre(
+    out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,), names: tuple[str, ...] = tuple(GENRE_RUNS),
+    device: str = "auto",
+) -> None:
     """Fine-tune every (seed, run) not finished yet (``finetune_results.json``), each in a child process
     (an interrupted one resumes from its ``last`` checkpoint)."""
     missing = [p for p in (genres / f"{s}.csv" for s in ("train", "validation", "test")) if not p.is_file()]
@@ -66,7 +69,7 @@ def train_genre(out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,), names
         for name in names:
             if (run_dir(out, name, seed) / "finetune_results.json").is_file():
                 continue
-            cmd = [sys.executable, "-m", "nystrom_lab.cli", *finetune_args(out, genres, name, seed)]
+            cmd = [sys.executable, "-m", "nystrom_lab.cli", *finetune_args(out, genres, name, seed, device=device)]
             print(f"[long-context genre] {name} seed {seed}: {' '.join(cmd[3:])}", flush=True)
             subprocess.run(cmd, check=True)
 

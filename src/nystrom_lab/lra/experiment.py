@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset
 
+from nystrom_lab.attention_spec import label
 from nystrom_lab.data.lra.cifar import load_cifar10
 from nystrom_lab.data.lra.collate import collate_pair, collate_single
 from nystrom_lab.data.lra.listops import generate_listops
@@ -33,8 +34,6 @@ from nystrom_lab.lra.presets import (
     LISTOPS_GENERATOR,
     LISTOPS_SIZES,
     TASK_SPECS,
-    attention_label,
-    parse_attention_spec,  # noqa: F401 (re-exported)
 )
 from nystrom_lab.lra.run import LRARun, build_model, model_config, train_config  # noqa: F401 (re-exported)
 from nystrom_lab.training import Task, evaluate, train
@@ -137,7 +136,7 @@ def make_task(run: LRARun, out: Path) -> Task:
         def collate(items: list) -> dict[str, torch.Tensor]:
             return collate_single(items, padded=padded, trim=trim)
 
-    name = f"lra-{run.task}-{attention_label(model.config.attention)}"
+    name = f"lra-{run.task}-{label(run.attention)}"
     return Task(
         model=model,
         train=splits["train"],
@@ -172,7 +171,7 @@ def run_lra(run: LRARun, *, progress: bool = True) -> dict:
     cfg = train_config(run)
     record = {
         "task": run.task,
-        "attention": run.attention,
+        "attention": label(run.attention),  # canonical: `nystrom` and `nystrom-64` resume each other
         "preset": run.preset,
         "data": str(Path(run.data).resolve()) if run.data is not None else None,
         "pool_padding": run.pool_padding,

@@ -7,15 +7,13 @@ and ``run_tasks.py``): AdamW (0.9, 0.999, eps 1e-6, weight decay 0), peak lr 1e-
 linear decay, no gradient clipping, dev evaluation every ``eval_every`` steps, the best-dev weights
 evaluated once on the full test split.
 
-Attention specs ``<name>-<int>`` (e.g. ``nystrom-64``) name a registry variant and its main option; a bare
-name takes the paper's value. ``softmax`` takes no number.
+Attention specs follow the one grammar of :mod:`nystrom_lab.attention_spec`; :data:`ATTENTION_PRESET` adds
+the official configuration's conv kernel to a Nyström spec that does not set one.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
 
 from nystrom_lab.data.lra.listops import ListOpsConfig
 from nystrom_lab.data.lra.tokenize import BYTE_VOCAB_SIZE, LISTOPS_VOCAB_SIZE, PIXEL_VOCAB_SIZE
@@ -87,20 +85,9 @@ LISTOPS_GENERATOR: dict[str, ListOpsConfig] = {
 }
 LISTOPS_DATA_SEED = 0  # the data set is fixed; --seed changes initialisation and example order only
 
-#: attention spec name -> (constructor option set by the spec's number, the paper's value)
-ATTENTION_MAIN_OPTION: dict[str, tuple[str | None, int | None]] = {
-    "nystrom": ("num_landmarks", 64),
-    "softmax": (None, None),
-    "linear": (None, None),
-    "linformer": ("proj_len", 256),
-    "performer": ("num_features", 256),
-    "reformer": ("n_hashes", 2),
-    "longformer": ("window_size", 257),
-}
-#: options fixed by the official LRA configuration besides the main one
-ATTENTION_FIXED_OPTIONS: dict[str, dict[str, int]] = {
-    "nystrom": {"pinv_iterations": 6, "conv_kernel_size": 35},
-}
+#: the official LRA configuration's attention options (a key the spec sets wins; the rest are
+#: NystromAttention's defaults, :mod:`nystrom_lab.attention_spec`)
+ATTENTION_PRESET: dict[str, dict[str, int]] = {"nystrom": {"conv_kernel_size": 35}}
 
 #: what each task needs under --data, and where it comes from (for the missing-data error)
 DATA_SOURCES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -138,46 +125,3 @@ def schedule(task: str, preset: str) -> Schedule:
     if preset not in SCHEDULES:
         raise ValueError(f"preset must be one of {PRESET_NAMES}, got {preset!r}")
     return SCHEDULES[preset][task]
-
-
-_SPEC_RE = re.compile(r"^([a-z]+)(?:-([0-9]+))?$")
-
-
-def parse_attention_spec(spec: str, *, max_length: int) -> dict[str, Any]:
-    """``"nystrom-64"`` -> ``{"name": "nystrom", "num_landmarks": 64, "pinv_iterations": 6, ...}``.
-
-    The number sets the variant's main option (see ``ATTENTION_MAIN_OPTION``): landmarks m,
-    Linformer projection length, Performer random features, Reformer hashes, Longformer window. A bare
-    name takes the paper's value; ``softmax`` takes no number. Linformer also gets ``max_seq_len = L``.
-    """
-    match = _SPEC_RE.match(spec) if isinstance(spec, str) else None
-    if match is None:
-        raise ValueError(
-            f"--attention must look like <name> or <name>-<int> (e.g. nystrom-64, softmax), got {spec!r}"
-        )
-    name, number = match.group(1), match.group(2)
-    if name not in ATTENTION_MAIN_OPTION:
-        raise ValueError(
-            f"--attention {spec!r}: unknown variant {name!r}; choose one of {sorted(ATTENTION_MAIN_OPTION)}"
-        )
-    option, paper_value = ATTENTION_MAIN_OPTION[name]
-    out: dict[str, Any] = {"name": name, **ATTENTION_FIXED_OPTIONS.get(name, {})}
-    if option is None:
-        if number is not None:
-            raise ValueError(f"--attention {spec!r}: {name} takes no number; write {name!r}")
-        return out
-    value = paper_value if number is None else int(number)
-    if value < 1:
-        raise ValueError(f"--attention {spec!r}: the number ({option}) must be >= 1")
-    if name == "longformer" and value % 2 == 0:
-        raise ValueError(f"--attention {spec!r}: the Longformer window must be odd (2·radius + 1), e.g. 257")
-    out[option] = value
-    if name == "linformer":
-        out["max_seq_len"] = max_length
-    return out
-
-
-def attention_label(spec: dict[str, Any]) -> str:
-    """The canonical ``<name>-<int>`` label of a parsed spec (used in output folder names)."""
-    option = ATTENTION_MAIN_OPTION[spec["name"]][0]
-    return spec["name"] if option is None else f"{spec['name']}-{spec[option]}"

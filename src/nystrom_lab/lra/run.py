@@ -19,15 +19,9 @@ from nystrom.model import (
     NystromformerForDualSequenceClassification,
     NystromformerForSequenceClassification,
 )
+from nystrom_lab import attention_spec
 from nystrom_lab.data.lra.tokenize import PAD_ID
-from nystrom_lab.lra.presets import (
-    PRESET_NAMES,
-    TASK_SPECS,
-    TASKS,
-    attention_label,
-    parse_attention_spec,
-    schedule,
-)
+from nystrom_lab.lra.presets import ATTENTION_PRESET, PRESET_NAMES, TASK_SPECS, TASKS, schedule
 from nystrom_lab.training import TrainConfig
 
 
@@ -36,7 +30,7 @@ class LRARun:
     """Options of one ``nystrom lra`` run; ``None`` means "the preset's value"."""
 
     task: str
-    attention: str = "nystrom-64"
+    attention: str = "nystrom"  # a spec of nystrom_lab.attention_spec
     preset: str = "official"
     data: Path | None = None
     out: Path | None = None
@@ -69,7 +63,7 @@ class LRARun:
     def out_dir(self) -> Path:
         if self.out is not None:
             return Path(self.out)
-        label = attention_label(parse_attention_spec(self.attention, max_length=self.length()))
+        label = attention_spec.label(self.attention)
         return Path("runs") / "lra" / f"{self.task}-{label}-{self.preset}-seed{self.seed}"
 
 
@@ -107,7 +101,7 @@ def model_config(run: LRARun) -> NystromformerConfig:
         max_position_embeddings=run.length(),
         pad_token_id=PAD_ID if spec.padded else None,  # grey level 0 must keep a trainable embedding
         pooling="mean_with_padding" if run.pool_padding else "mean",
-        attention=parse_attention_spec(run.attention, max_length=run.length()),
+        attention=attention_spec.resolve(run.attention, preset=ATTENTION_PRESET, max_length=run.length()),
     )
 
 

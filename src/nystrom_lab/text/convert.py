@@ -1,6 +1,10 @@
-"""``nystrom convert``: write transformers folders (model + tokenizer) from BERT, transformers'
-Nystromformer and old nystrom checkpoints, transformers Nystromformer folders from ours, and long-context
-models from short pretrained ones (``convert long``, Longformer's recipe: :func:`nystrom.model.to_long`).
+"""``nystrom convert``: write transformers folders (model + tokenizer), each read from ``--init-from``:
+
+  to-nystrom  a BERT/RoBERTa/XLM-R or transformers Nystromformer folder (the kind read from its config.json)
+              -> a folder of ours, with --attention
+  to-hf       a folder of ours -> a transformers Nystromformer folder
+  long        a 512-token model -> a long-context one (Longformer's recipe: :func:`nystrom.model.to_long`)
+  legacy      an old nystrom checkpoint -> a folder of ours
 
 Every folder written holds a tokenizer when the source has one (``tokenizer.json``) or ``--tokenizer``
 names one, so ``AutoTokenizer`` and ``pipeline(..., model=OUT)`` work on it; otherwise a note says so.
@@ -15,20 +19,13 @@ from pathlib import Path
 from nystrom_lab.argtypes import UsageError, existing_dir, existing_file, output_dir, positive_int
 
 
-def _tokenizer(args: argparse.Namespace) -> Path | None:
-    if args.tokenizer is not None:
-        return Path(args.tokenizer)  # checked by argparse (existing_file)
-    beside = Path(args.source) / "tokenizer.json"
-    return beside if beside.is_file() else None
-
-
-def _write(model, args: argparse.Namespace, write) -> int:
+def _write(model, args: argparse.Namespace, tokenizer: Path | None, write) -> int:
     from nystrom.model import save_tokenizer
 
-    tok = _tokenizer(args)
+    tok = args.tokenizer or tokenizer  # --tokenizer is checked by argparse (existing_file)
     write(model, args.out)
     if tok is None:
-        print(f"[nystrom] note: {args.source} has no tokenizer.json; {args.out} has no tokenizer"
+        print(f"[nystrom] note: {args.init_from} has no tokenizer.json; {args.out} has no tokenizer"
               " (give --tokenizer tokenizer.json)", file=sys.stderr)  # fmt: skip
     else:
         save_tokenizer(tok, args.out, model_max_length=model.config.max_position_embeddings)
@@ -57,21 +54,38 @@ def save_long_tokenizer(source: Path, out: Path, *, max_length: int, tokenizer: 
     return True
 
 
+def _weights_folder(init_from: str) -> Path:
+    """The model folder of a start point that has weights (``minilm`` resolved); a configuration is refused."""
+    from nystrom_lab.start_point import MINILM, detect
+
+    point = detect(init_from)
+    if not point.has_weights:
+        raise UsageError(
+            f"--init-from {init_from}: convert needs a model folder (or minilm), not a configuration"
+        )
+    if point.source != MINILM:
+        return Path(point.source)
+    from nystrom.model import minilm_path
+
+    return minilm_path()
+
+
 def cmd_convert_long(args: argparse.Namespace) -> int:
     from nystrom.model import source_length, to_long
+    from nystrom_lab.text.models import text_attention
 
-    if args.num_landmarks is not None and args.attention != "nystrom":
-        raise UsageError("--num-landmarks applies to --attention nystrom")
-    _, length = source_length(args.source)  # config.json checks before any weight is read
+    source = _weights_folder(args.init_from)
+    _, length = source_length(source)  # config.json checks before any weight is read
     if args.max_length <= length:
         raise UsageError(f"--max-length {args.max_length} must be above the source's {length} positions")
-    attention: dict = {"name": "softmax"}
-    if args.attention == "nystrom":
-        attention = {"name": "nystrom", "num_landmarks": args.num_landmarks or 64, "conv_kernel_size": args.conv_kernel}
-    model = to_long(args.source, max_position_embeddings=args.max_length, attention=attention, seed=args.seed)
+    attention = text_attention(args.attention, max_length=args.max_length)
+    model = to_long(source, max_position_embeddings=args.max_length, attention=attention, seed=args.seed)
     model.save_pretrained(args.out)
-    if not save_long_tokenizer(Path(args.source), args.out, max_length=args.max_length, tokenizer=args.tokenizer):
-        print(f"[nystrom] note: {args.source} has no tokenizer; {args.out} has none (give --tokenizer)", file=sys.stderr)
+    if not save_long_tokenizer(source, args.out, max_length=args.max_length, tokenizer=args.tokenizer):
+        print(
+            f"[nystrom] note: {source} has no tokenizer; {args.out} has none (give --tokenizer)",
+            file=sys.stderr,
+        )
     pos = model.nystromformer.embeddings
     print(f"wrote {type(model).__name__} ({args.attention}, {args.max_length} positions: the source's {length}"
           f" rows copied {args.max_length / length:.1f}x, offset {pos.offset}) to {args.out}")  # fmt: skip
@@ -79,71 +93,74 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from nystrom.model import convert_legacy_checkpoint, from_bert, from_hf, to_hf
-    from nystrom_lab.text.models import load_folder, parse_attention
+    from nystrom.model import convert_legacy_checkpoint, to_hf
+    from nystrom_lab.text.models import load_start
 
-    attention = None
-    if getattr(args, "attention", None):
-        attention = parse_attention(args.attention, conv_kernel=args.conv_kernel)
+    if args.kind == "legacy":
+        convert_legacy_checkpoint(args.init_from, args.out)
+        print(f"wrote {args.out}")
+        return 0
+    _weights_folder(args.init_from)
+    start = load_start(args.init_from, attention=getattr(args, "attention", None))
+    if args.kind == "to-nystrom":
+        return _write(start.model, args, start.tokenizer, lambda m, out: m.save_pretrained(out))
+    n = args.segment_means_seq_len
+    return _write(start.model, args, start.tokenizer, lambda m, out: to_hf(m, out, segment_means_seq_len=n))
 
-    def save(model, out):
-        model.save_pretrained(out)
 
-    if args.kind == "from-bert":
-        return _write(from_bert(args.source, attention=attention), args, save)
-    if args.kind == "from-hf":
-        return _write(from_hf(args.source, attention=attention), args, save)
-    if args.kind == "to-hf":
-        n = args.segment_means_seq_len
-        return _write(
-            load_folder(Path(args.source)), args, lambda m, out: to_hf(m, out, segment_means_seq_len=n)
-        )
-    convert_legacy_checkpoint(args.source, args.out)
-    print(f"wrote {args.out}")
-    return 0
+_KINDS = (
+    ("to-nystrom", "a BERT/RoBERTa/XLM-R or transformers Nystromformer folder (or minilm) -> a folder of ours"
+     " (the paper's 'from standard' start)"),
+    ("to-hf", "a folder of ours (or any --init-from model) -> a transformers Nystromformer folder"),
+    ("legacy", 'an old nystrom folder ("format": "nystrom") -> a folder of ours'),
+)  # fmt: skip
 
 
 def register(subparsers) -> None:
+    from nystrom_lab.attention_spec import attention
+    from nystrom_lab.start_point import FORMS, init_from
+    from nystrom_lab.text.options import ATTENTION_HELP
+
     c = subparsers.add_parser(
-        "convert", help="write transformers folders from BERT / HF Nystromformer / old nystrom checkpoints, or to HF",
+        "convert", help="write transformers folders: ours from BERT / HF Nystromformer / old folders, HF's, long models",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     kinds = c.add_subparsers(dest="kind", required=True)
-    for kind, help_ in (
-        ("from-bert", "a BERT folder -> a Nystromformer folder (the paper's 'from standard' start)"),
-        ("from-hf", "a transformers Nystromformer folder (model_type nystromformer) -> ours"),
-        ("to-hf", "a folder of ours -> a transformers Nystromformer folder"),
-        ("legacy", 'an old nystrom folder ("format": "nystrom") -> a transformers folder'),
-    ):
+    for kind, help_ in _KINDS:
         k = kinds.add_parser(kind, help=help_)
-        k.add_argument("source", type=existing_dir, help="folder to read")
-        k.add_argument("out", type=output_dir, help="folder to write")
-        if kind != "legacy":
+        legacy = (
+            kind == "legacy"
+        )  # an old folder is no start point: its config.json is not a transformers one
+        k.add_argument(
+            "--init-from", type=existing_dir if legacy else init_from, required=True, metavar="START",
+            help="the old nystrom folder to read" if legacy else f"the model to read: {FORMS}",
+        )  # fmt: skip
+        k.add_argument("--out", type=output_dir, required=True, help="folder to write")
+        if not legacy:
             k.add_argument(
-                "--tokenizer", type=existing_file, help="tokenizer.json (default: the one in SOURCE)"
+                "--tokenizer", type=existing_file, help="tokenizer.json (default: the start point's)"
             )
-        if kind in ("from-bert", "from-hf"):
-            k.add_argument(
-                "--attention", help="nystrom-<landmarks> or softmax (default: the source's / nystrom-64)"
-            )
-            k.add_argument("--conv-kernel", type=lambda t: None if t in ("0", "none") else positive_int(t),
-                           default=None, help="conv skip kernel with --attention nystrom-m (default none)")  # fmt: skip
+        if kind == "to-nystrom":
+            k.add_argument("--attention", type=attention, metavar="SPEC", help=ATTENTION_HELP)
         if kind == "to-hf":
             k.add_argument("--segment-means-seq-len", type=positive_int, help="HF's fixed Nyström length")
-    c.set_defaults(func=cmd_convert)
+        k.set_defaults(func=cmd_convert)
     k = kinds.add_parser(
         "long", help="a 512-token BERT/RoBERTa/XLM-R/Nystromformer -> a long model (positions copied, Nyström)",
         description="Longformer's recipe: extend the learned position table to --max-length by copying the"
         " source's rows, switch the attention (a conv skip starts at zero), add an MLM head if the source"
         " has none. Continue with: nystrom pretrain --init-from OUT --max-length N --corpus ...",
     )  # fmt: skip
-    k.add_argument("source", type=existing_dir, help="folder to read (config.json + weights)")
+    k.add_argument(
+        "--init-from", type=init_from, required=True, metavar="START", help=f"the model to read: {FORMS}"
+    )
     k.add_argument("--max-length", type=positive_int, required=True, help="positions of the long model (N)")
     k.add_argument("--out", type=output_dir, required=True, help="folder to write")
-    k.add_argument("--attention", choices=("nystrom", "softmax"), default="nystrom", help="default nystrom")
-    k.add_argument("--num-landmarks", type=positive_int, help="Nyström landmarks m (default 64)")
-    k.add_argument("--conv-kernel", type=lambda t: None if t in ("0", "none") else positive_int(t), default=65,
-                   help="Nyström conv skip taps, zero-initialised (0 = none; default 65)")  # fmt: skip
+    k.add_argument(
+        "--attention", type=attention, default="nystrom", metavar="SPEC",
+        help="attention spec of the long model (default nystrom: NystromAttention's landmarks, conv kernel"
+        " 65 zero-initialised; softmax keeps exact attention); " + ATTENTION_HELP.split(". Default")[0],
+    )  # fmt: skip
     k.add_argument("--tokenizer", type=existing_file, help="tokenizer.json (default: the source's)")
     k.add_argument("--seed", type=int, default=0, help="seed of a new MLM head (default 0)")
     k.set_defaults(func=cmd_convert_long)

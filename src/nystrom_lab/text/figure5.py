@@ -1,7 +1,7 @@
 """Figure 5: dev MLM (and SOP) accuracy vs step of several ``nystrom pretrain`` runs in one PNG and a
-markdown table (:func:`compare_runs`, ``nystrom pretrain-compare``), and the from-scratch experiment that
-trains every attention variant the same way and reports them together (:func:`run_compare`,
-``nystrom pretrain compare``)."""
+markdown table (:func:`plot_runs`, ``nystrom plot-runs``), and the from-scratch experiment that trains
+every attention variant the same way and reports them together (:func:`run_figure5`,
+``nystrom pretrain figure5``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nystrom_lab import attention_spec
 from nystrom_lab.data.names import DUPE_FACTOR
-from nystrom_lab.text.presets import FIG5_VARIANTS, PAPER_CONV_KERNEL, parse_attention
+from nystrom_lab.text.presets import FIG5_VARIANTS
 
 if TYPE_CHECKING:
     from nystrom_lab.text.pretrain_run import PretrainRun
@@ -25,15 +26,16 @@ METRICS = ("mlm_accuracy", "sop_accuracy")
 
 
 def _label(run: Path) -> str:
-    """The run's attention spec, with " no conv" for a Nyström run trained without its conv skip (the
-    ablation draws beside the run with it, and both are called ``nystrom-64``)."""
+    """The run's attention spec, with " no conv" for a Nyström run trained without its conv skip when the
+    spec does not say so (runs recorded before conv_kernel_size was a key of the spec)."""
     info = run / "pretrain_run.json"
     if not info.is_file():
         return run.name
     record = json.loads(info.read_text())
+    spec = record.get("attention") or run.name  # None: the start point's own attention
     attn = record.get("model_config", {}).get("attention", {})
     no_conv = attn.get("name") == "nystrom" and "conv_kernel_size" in attn and not attn["conv_kernel_size"]
-    return record["attention"] + (" no conv" if no_conv else "")
+    return spec + (" no conv" if no_conv and "conv_kernel_size" not in spec else "")
 
 
 def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
@@ -49,7 +51,7 @@ def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
     return {m: [(r["step"], r[m]) for r in dev if m in r] for m in METRICS}
 
 
-def compare_runs(
+def plot_runs(
     runs: list[Path], png: Path, table: Path | None = None, *, title: str = "MLM / SOP validation accuracy"
 ) -> str:
     """Draw the runs' dev curves (one panel per metric) into ``png``; return (and write to ``table``) the
@@ -96,8 +98,8 @@ FIG5_TITLE = "BERT-small from scratch: dev MLM / SOP accuracy (Fig. 5)"
 
 
 @dataclass(frozen=True)
-class CompareRun:
-    """Options of ``nystrom pretrain compare``: every variant trained from a random initialisation with
+class Figure5Run:
+    """Options of ``nystrom pretrain figure5``: every variant trained from a random initialisation with
     the same tokenizer, data, examples, masks, steps and optimiser; only the attention differs.
 
     Defaults: BERT-small's depth (4 layers) at the paper's length 512, width reduced to e = 256 (4 heads,
@@ -115,7 +117,7 @@ class CompareRun:
     num_heads: int = 4
     intermediate_size: int = 1024
     num_layers: int = 4
-    seq_len: int = 512
+    max_length: int = 512
     batch_size: int = 16
     steps: int = 2000
     lr: float = 5e-4
@@ -123,7 +125,6 @@ class CompareRun:
     eval_every: int = 100
     eval_batches: int = 16
     dupe_factor: int = DUPE_FACTOR  # mask draws per training pair (see PretrainingDataset)
-    conv_kernel: int | None = PAPER_CONV_KERNEL
     dropout: float | None = None
     dev_fraction: float = 0.05
     seed: int = 0
@@ -135,7 +136,10 @@ class CompareRun:
         if not self.variants or len(set(self.variants)) != len(self.variants):
             raise ValueError(f"--variants must be distinct and non-empty, got {list(self.variants)}")
         for v in self.variants:
-            parse_attention(v, max_seq_len=self.seq_len)  # fail before any training
+            try:
+                attention_spec.parse(v)  # fail before any training
+            except ValueError as err:
+                raise ValueError(f"--variants: {err}") from err
         if self.hidden_size % self.num_heads:
             raise ValueError(f"--hidden {self.hidden_size} must be divisible by --heads {self.num_heads}")
 
@@ -144,14 +148,22 @@ class CompareRun:
 
         return Path(self.tokenizer) if self.tokenizer is not None else minilm_path() / "tokenizer.json"
 
-    def variant_run(self, variant: str) -> PretrainRun:
-        """The ``nystrom pretrain`` run of one variant, in ``out/<variant>``."""
+    def labels(self) -> tuple[str, ...]:
+        """The variants' canonical specs (main option resolved: ``nystrom`` -> ``nystrom-64``), which name
+        their run folders and records: ``nystrom`` and ``nystrom-64`` are one run."""
+        labels = tuple(attention_spec.label(v) for v in self.variants)
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"--variants must be distinct, got {list(self.variants)} (= {list(labels)})")
+        return labels
+
+    def variant_run(self, label: str) -> PretrainRun:
+        """The ``nystrom pretrain`` run of one variant (by its label), in ``out/<label>``."""
         from nystrom_lab.text.pretrain_run import PretrainRun
 
         return PretrainRun(
-            corpus=tuple(self.corpus), out=self.out / variant, preset="paper", tokenizer=self.tokenizer_path(),
-            model=str(self.out / "model.json"), attention=variant, conv_kernel=self.conv_kernel,
-            steps=self.steps, batch_size=self.batch_size, seq_len=self.seq_len, lr=self.lr, warmup=self.warmup,
+            corpus=tuple(self.corpus), out=self.out / label, preset="paper", tokenizer=self.tokenizer_path(),
+            init_from=str(self.out / "model.json"), attention=label,
+            steps=self.steps, batch_size=self.batch_size, max_length=self.max_length, lr=self.lr, warmup=self.warmup,
             eval_every=self.eval_every, eval_batches=self.eval_batches, dropout=self.dropout,
             dev_fraction=self.dev_fraction, seed=self.seed, dupe_factor=self.dupe_factor, precision=self.precision,
             device=self.device, compile=self.compile,
@@ -169,7 +181,7 @@ class CompareRun:
             "bert-small", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, hidden_size=self.hidden_size,
             num_attention_heads=self.num_heads, intermediate_size=self.intermediate_size,
             num_hidden_layers=self.num_layers, classifier_hidden=self.hidden_size,
-            max_position_embeddings=max(512, self.seq_len),
+            max_position_embeddings=max(512, self.max_length),
         )  # fmt: skip
         path = self.out / "model.json"
         if path.is_file():
@@ -235,10 +247,10 @@ def summarize(run: PretrainRun) -> dict:
     return out
 
 
-def write_report(cr: CompareRun) -> dict:
+def write_report(cr: Figure5Run) -> dict:
     """``out/results.json`` (settings + one summary per variant), ``out/curves.png`` and
     ``out/curves.md`` (dev MLM/SOP accuracy per step, one line per variant with a dev evaluation)."""
-    variants = {v: summarize(cr.variant_run(v)) for v in cr.variants}
+    variants = {v: summarize(cr.variant_run(v)) for v in cr.labels()}
     settings = {
         k: (str(v) if isinstance(v, Path) else v)
         for k, v in dataclasses.asdict(cr).items()
@@ -254,18 +266,18 @@ def write_report(cr: CompareRun) -> dict:
     os.replace(tmp, cr.out / "results.json")
     drawn = [cr.out / v for v, s in variants.items() if "final_mlm_accuracy" in s]
     if drawn:
-        compare_runs(drawn, cr.out / "curves.png", cr.out / "curves.md", title=FIG5_TITLE)
+        plot_runs(drawn, cr.out / "curves.png", cr.out / "curves.md", title=FIG5_TITLE)
     return report
 
 
-def run_compare(cr: CompareRun, *, progress: bool = True, report_only: bool = False) -> dict:
+def run_figure5(cr: Figure5Run, *, progress: bool = True, report_only: bool = False) -> dict:
     """Run (or resume) every variant in turn, skipping finished ones, then :func:`write_report`.
     A variant interrupted part-way resumes from ``out/<variant>/last`` on the next call."""
     from nystrom_lab.text.pretrain import run_pretrain
 
     if not report_only:
         cr.write_model_config()
-        for variant in cr.variants:
+        for variant in cr.labels():
             run = cr.variant_run(variant)
             if _finished(run):
                 print(f"[nystrom] {variant}: finished, skipped")

@@ -38,13 +38,7 @@ from nystrom_lab.data.glue import (
 )
 from nystrom_lab.data.tables import PROBLEM_TYPES, LabelSpec, infer_labels, read_table, table_examples
 from nystrom_lab.data.text import TextTokenizer, load_tokenizer
-from nystrom_lab.text.models import (
-    PAPER_CONV_KERNEL,
-    load_config,
-    load_source,
-    parse_attention,
-    transfer,
-)
+from nystrom_lab.text.models import load_start, transfer
 from nystrom_lab.text.predict import decode, predict_logits, prediction_text, save_classifier
 from nystrom_lab.text.presets import FINETUNE_PRESETS
 from nystrom_lab.text.pretrain import check_eval_batches
@@ -59,8 +53,8 @@ MRPC_GRID = {"batch_size": (8, 16, 32), "lr": (2e-5, 3e-5, 4e-5, 5e-5)}
 class FinetuneRun:
     """Options of one ``nystrom finetune`` run; None means "the preset's value" (or "none").
 
-    Model: ``init_from_bert``, ``from_hf``, ``from_pretrain`` or a fresh ``model``; none of them: the
-    bundled all-MiniLM-L6-v2 (``init_from_bert="minilm"``).
+    Model: the start point ``init_from`` (:mod:`nystrom_lab.start_point`; default the installed
+    all-MiniLM-L6-v2) with ``attention`` (a spec; None: the start point's own).
     Data: ``task`` + ``data`` (GLUE / IMDB), or ``train_file`` (+ ``validation_file``, ``test_file``)
     with ``text_column``, ``text_pair_column`` and ``label_column``. ``problem_type`` None infers it from
     the training labels; ``metric`` None takes the problem type's default (accuracy, macro_f1, pearson).
@@ -77,13 +71,9 @@ class FinetuneRun:
     label_column: str = "label"
     problem_type: str | None = None
     preset: str = "paper"
-    init_from_bert: str | None = None
-    from_hf: str | None = None
-    from_pretrain: str | None = None
-    model: str | None = None  # fresh model: preset name or config JSON (no initialisation given)
+    init_from: str = "minilm"
     tokenizer: Path | None = None
-    attention: str | None = None  # None: the source's (BERT: nystrom-64)
-    conv_kernel: int | None = PAPER_CONV_KERNEL
+    attention: str | None = None  # None: the start point's own (a BERT folder's: nystrom)
     batch_size: int | None = None
     lr: float | None = None
     epochs: float | None = None
@@ -111,8 +101,6 @@ class FinetuneRun:
             raise ValueError(f"--problem-type must be one of {PROBLEM_TYPES}, got {self.problem_type!r}")
         if self.preset not in FINETUNE_PRESETS:
             raise ValueError(f"preset must be one of {sorted(FINETUNE_PRESETS)}, got {self.preset!r}")
-        if not (self.init_from_bert or self.from_hf or self.from_pretrain or self.model):
-            object.__setattr__(self, "init_from_bert", "minilm")  # the bundled all-MiniLM-L6-v2 by default
 
     def length(self) -> int:
         p = FINETUNE_PRESETS[self.preset]
@@ -145,28 +133,13 @@ class FinetuneRun:
 def build_model(
     run: FinetuneRun, num_labels: int
 ) -> tuple[NystromformerForSequenceClassification, TextTokenizer]:
-    """The classifier from the requested initialisation (or fresh), and its tokenizer."""
-    spec = parse_attention(run.attention, conv_kernel=run.conv_kernel) if run.attention else None
-    sources = (run.init_from_bert, run.from_hf, run.from_pretrain)
+    """The classifier from the ``--init-from`` start point (a configuration: drawn fresh), and its tokenizer."""
     torch.manual_seed(run.seed)
-    if any(sources):
-        if run.init_from_bert and spec is None:
-            spec = parse_attention("nystrom-64", conv_kernel=run.conv_kernel)
-        source, beside = load_source(
-            init_from_bert=run.init_from_bert, from_hf_path=run.from_hf, from_pretrain=run.from_pretrain,
-            attention=spec,
-        )  # fmt: skip
-        cfg = source.config
-    else:
-        if run.model is None:
-            raise ValueError("give --init-from-bert, --from-hf, --from-pretrain or --model (a fresh model)")
-        source, beside = None, None
-        cfg = load_config(run.model)
-        if spec is not None:
-            cfg = cfg.replace(attention=spec)
-    tok_path = run.tokenizer or beside
+    start = load_start(run.init_from, attention=run.attention, max_length=run.length())
+    source, cfg = start.model, start.config
+    tok_path = run.tokenizer or start.tokenizer
     if tok_path is None:
-        raise ValueError("no tokenizer.json beside the initialisation: give --tokenizer PATH")
+        raise ValueError("no tokenizer.json beside the --init-from start point: give --tokenizer PATH")
     tok = load_tokenizer(tok_path)
     if source is None:
         cfg = cfg.replace(vocab_size=max(cfg.vocab_size, tok.vocab_size), pad_token_id=tok.pad_id)

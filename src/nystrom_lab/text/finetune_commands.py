@@ -18,21 +18,16 @@ from nystrom_lab.argtypes import (
     positive_float,
     positive_int,
 )
-from nystrom_lab.text.options import (
-    add_common,
-    attention,
-    folder,
-    input_file,
-    is_main,
-    model,
-    run_folder,
-)
+from nystrom_lab.text.options import add_common, input_file, is_main, run_folder
 
 _FINETUNE_EPILOG = """\
 your files: nystrom finetune --train-file train.csv --validation-file dev.csv --text-column text \\
-                --label-column label --init-from-bert minilm --out runs/mine
+                --label-column label --out runs/mine          (--init-from minilm, the default)
             nystrom predict runs/mine/model --input new.csv --output predictions.jsonl
-GLUE/IMDB:  nystrom finetune sst2 --data glue_data --init-from-bert minilm --out runs/sst2
+GLUE/IMDB:  nystrom finetune sst2 --data glue_data --init-from minilm --out runs/sst2
+start:      --init-from a BERT/RoBERTa folder or minilm, a folder of ours (e.g. a `nystrom pretrain` run or
+            `nystrom convert long` output), a transformers Nystromformer folder, or a configuration (bert-small,
+            bert-base, a config .json: a fresh random model)
 """
 
 
@@ -47,8 +42,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         task=args.task, data=args.data, train_file=args.train_file, validation_file=args.validation_file,
         test_file=args.test_file, text_column=args.text_column, text_pair_column=args.text_pair_column,
         label_column=args.label_column, problem_type=args.problem_type, out=args.out, preset=args.preset,
-        init_from_bert=args.init_from_bert, from_hf=args.from_hf, from_pretrain=args.from_pretrain,
-        model=args.model, tokenizer=args.tokenizer, attention=args.attention, conv_kernel=args.conv_kernel,
+        init_from=args.init_from, tokenizer=args.tokenizer, attention=args.attention,
         batch_size=args.batch_size, lr=args.lr, epochs=args.epochs, max_length=args.max_length,
         max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
         dropout=args.dropout, seed=args.seed, metric=args.metric, **device_options(args),
@@ -103,19 +97,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="default: lists -> multi-label, integers or names -> classes, other numbers -> regression",
     )  # fmt: skip
     f.add_argument("--preset", choices=sorted(FT_PRESETS), default="paper")
-    f.add_argument("--from-hf", type=folder, metavar="PATH", help="HF Nystromformer folder")
-    f.add_argument(
-        "--init-from", "--from-pretrain", dest="from_pretrain", type=folder, metavar="DIR",
-        help="a model folder of ours (e.g. `nystrom convert long` output) or the output folder of `nystrom pretrain`",
-    )  # fmt: skip
-    f.add_argument(
-        "--model",
-        type=model,
-        help="fresh model (no initialisation): bert-small, bert-base or a config .json",
-    )
-    f.add_argument(
-        "--attention", type=attention, help="nystrom-<landmarks> or softmax (default: the initialisation's)"
-    )
     f.add_argument("--epochs", type=positive_float, help="passes over the training set (paper: 4)")
     f.add_argument("--max-length", type=positive_int, help="tokens per example (128; IMDB 512)")
     f.add_argument("--max-train-examples", type=positive_int, help="use only the first N training examples")
@@ -128,7 +109,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="dev metric that picks the best weights (default: accuracy; multi-label macro_f1; regression"
         " pearson). f1 = F1 of class 1 of a two-class task (MRPC/QQP); matthews for CoLA-like data",
     )  # fmt: skip
-    add_common(f, out_required=False)  # default runs/finetune/<task or training file name>
+    add_common(f, init_from="minilm", what="the model to fine-tune")  # --out: runs/finetune/<task or file>
     f.set_defaults(func=cmd_finetune)
 
     r = subparsers.add_parser(

@@ -3,8 +3,8 @@
 Legend: b batch, L sequence length, e hidden size, v vocabulary, k masked positions of a batch, B position
 buckets.
 
-The long-context recipe's second half (the first is ``nystrom convert long``): ``--init-from DIR`` a folder
-of ours (e.g. a converted long model), documents packed into L-token pieces
+The long-context recipe's second half (the first is ``nystrom convert long``): ``--init-from`` a folder of
+ours (e.g. a converted long model; any start point works), documents packed into L-token pieces
 (:class:`~nystrom_lab.data.text_mlm.PackedMLMDataset`), masks redrawn per copy, the MLM head run on masked
 positions only, and the dev set scored on fixed masks, overall and per position bucket
 ([0, 512), [512, 1024), [1024, 2048), ... of the reference length R), so runs of different lengths and
@@ -20,12 +20,12 @@ import torch
 from torch import nn
 
 from nystrom.functional.cross_entropy import linear_cross_entropy
-from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
-from nystrom.model.transfer import load_folder, transfer
+from nystrom.model import NystromformerForMaskedLM
+from nystrom.model.transfer import transfer
 from nystrom_lab.data.text import TextTokenizer, build_token_cache, load_tokenizer
 from nystrom_lab.data.text_corpus import resolve_corpus
 from nystrom_lab.data.text_mlm import PackedMLMDataset, collate_mlm, position_buckets
-from nystrom_lab.text.models import load_source, parse_attention
+from nystrom_lab.text.models import load_start
 from nystrom_lab.training import Task
 
 if TYPE_CHECKING:
@@ -104,25 +104,12 @@ def make_mlm_step(edges: tuple[int, ...]):
 def mlm_model(run: PretrainRun) -> tuple[NystromformerForMaskedLM, Path | None]:
     """The masked-LM to train and the tokenizer.json beside its source (None: the source has none)."""
     torch.manual_seed(run.seed)
-    spec = None if run.attention is None else parse_attention(
-        run.attention, conv_kernel=run.conv_kernel, max_seq_len=run.length()
-    )  # fmt: skip
-    if run.init_from:
-        folder = Path(run.init_from)
-        model = load_folder(folder)
-        tok = folder / "tokenizer.json"
-        tok_path = tok if tok.is_file() else None
-    elif run.init_from_bert:
-        model, tok_path = load_source(init_from_bert=run.init_from_bert, attention=spec)
-        spec = None
-    else:
-        model, tok_path = NystromformerForMaskedLM(NystromformerConfig.preset(run.model)), None
-    config = model.config if spec is None else model.config.replace(attention=spec)
-    if run.dropout is not None:
-        config = config.replace(dropout=run.dropout)
+    start = load_start(run.init_from, attention=run.attention, max_length=run.length())
+    model = start.model if start.model is not None else NystromformerForMaskedLM(start.config)
+    config = model.config if run.dropout is None else model.config.replace(dropout=run.dropout)
     if type(model) is not NystromformerForMaskedLM or config is not model.config:
         model = transfer(model, NystromformerForMaskedLM, config)
-    return model, tok_path
+    return model, start.tokenizer
 
 
 def make_mlm_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
@@ -131,7 +118,7 @@ def make_mlm_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     model, beside = mlm_model(run)
     if run.tokenizer is None and beside is None:
         raise ValueError(
-            "no tokenizer: the initialisation folder has no tokenizer.json; give --tokenizer PATH"
+            "no tokenizer: the --init-from start point has no tokenizer.json; give --tokenizer PATH"
         )
     tok = load_tokenizer(run.tokenizer or beside)
     if tok.vocab_size > model.config.vocab_size:
@@ -142,7 +129,7 @@ def make_mlm_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     if length > model.config.max_position_embeddings:
         raise ValueError(
             f"--max-length {length} exceeds the model's {model.config.max_position_embeddings} positions;"
-            f" extend it first: nystrom convert long SRC --max-length {length} --out DIR"
+            f" extend it first: nystrom convert long --init-from SRC --max-length {length} --out DIR"
         )
     if run.gradient_checkpointing:
         model.gradient_checkpointing_enable()

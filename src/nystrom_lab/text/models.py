@@ -1,12 +1,13 @@
-"""Model sources shared by ``nystrom pretrain`` and ``nystrom finetune``: attention specs, BERT / HF /
-pre-training-run initialisation, moving an encoder (and matching heads) into a new head class, and the
-transformers folder (model + tokenizer) each run writes.
+"""Model sources shared by ``nystrom pretrain``, ``finetune`` and ``convert``: the ``--init-from`` start point
+loaded with the ``--attention`` spec applied, moving an encoder (and matching heads) into a new head class,
+and the transformers folder (model + tokenizer) each run writes.
 
 Legend: e hidden size, v vocabulary, c classes.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +16,21 @@ from nystrom.model import (
     NystromformerPreTrainedModel,
     from_bert,
     from_hf,
+    from_roberta,
     minilm_path,
     save_tokenizer,
 )
 from nystrom.model.transfer import load_folder, transfer
-from nystrom_lab.text.presets import PAPER_CONV_KERNEL, parse_attention  # noqa: F401 (re-exported)
+from nystrom_lab import attention_spec
+from nystrom_lab.start_point import MINILM, detect
+from nystrom_lab.text.presets import TEXT_ATTENTION_PRESET
 
 
-def load_config(model: str) -> NystromformerConfig:
-    """``--model``: a preset name (``bert-small``, ``bert-base``, ``lra``) or a config.json path."""
-    if Path(model).suffix == ".json":
-        if not Path(model).is_file():
-            raise FileNotFoundError(f"--model {model}: no such config file")
-        return NystromformerConfig.from_json_file(model)
-    return NystromformerConfig.preset(model)
+def load_config(path: str) -> NystromformerConfig:
+    """A preset name (``bert-small``, ``bert-base``, ``lra``) or a config.json path."""
+    if Path(path).suffix == ".json":
+        return NystromformerConfig.from_json_file(path)
+    return NystromformerConfig.preset(path)
 
 
 def save_model_folder(model: NystromformerPreTrainedModel, tokenizer: Path, folder: Path) -> None:
@@ -37,45 +39,45 @@ def save_model_folder(model: NystromformerPreTrainedModel, tokenizer: Path, fold
     save_tokenizer(tokenizer, folder, model_max_length=model.config.max_position_embeddings)
 
 
-def bert_folder(value: str) -> Path:
-    """``--init-from-bert`` value: ``minilm`` = the bundled all-MiniLM-L6-v2, else a BERT folder."""
-    return minilm_path() if value == "minilm" else Path(value)
+def text_attention(spec: str | None, *, max_length: int | None = None) -> dict[str, Any] | None:
+    """The attention dict of ``--attention spec`` in a text command: the paper's BERT-size conv kernel for
+    a Nyström spec that sets none, Linformer's length; None for None (the start point's own)."""
+    if spec is None:
+        return None
+    return attention_spec.resolve(spec, preset=TEXT_ATTENTION_PRESET, max_length=max_length)
 
 
-def load_source(
-    *,
-    init_from_bert: str | None = None,
-    from_hf_path: str | None = None,
-    from_pretrain: str | None = None,
-    attention: dict[str, Any] | None = None,
-) -> tuple[NystromformerPreTrainedModel, Path | None]:
-    """The one initialisation requested (at most one of the three), and the tokenizer.json beside it
-    (None when the folder has none). ``attention`` None keeps the source's attention (BERT: Nyström-64)."""
-    given = [n for n, v in (("--init-from-bert", init_from_bert), ("--from-hf", from_hf_path),
-                            ("--from-pretrain", from_pretrain)) if v]  # fmt: skip
-    if len(given) > 1:
-        raise ValueError(f"give at most one of {given}")
-    if init_from_bert:
-        folder = bert_folder(init_from_bert)
-        model = from_bert(folder, attention=attention)
-    elif from_hf_path:
-        folder = Path(from_hf_path)
-        model = from_hf(folder, attention=attention)
-    elif from_pretrain:
-        # a model folder of ours (`nystrom convert long` output), or a `nystrom pretrain` run holding model/
-        folder = Path(from_pretrain)
-        if not (folder / "config.json").is_file():
-            folder = folder / "model"
-        if not (folder / "config.json").is_file():
-            raise FileNotFoundError(
-                f"--init-from {from_pretrain}: no config.json there or in model/; expected a model folder of ours"
-                " (e.g. from `nystrom convert long`) or the output folder of a"
-                " finished `nystrom pretrain` run"
-            )
-        model = load_folder(folder)
-        if attention is not None and attention != model.config.attention:
-            model = transfer(model, type(model), model.config.replace(attention=attention))
+@dataclass(frozen=True)
+class Start:
+    """A loaded start point: ``model`` (None for a configuration: the caller draws it in the head class it
+    trains), its ``config`` (the attention applied) and the tokenizer.json beside it (None: none there)."""
+
+    kind: str
+    model: NystromformerPreTrainedModel | None
+    config: NystromformerConfig
+    tokenizer: Path | None
+    preset: bool = False  # a configuration named by preset (not a .json): it may take the tokenizer's v
+
+
+def load_start(init_from: str, *, attention: str | None = None, max_length: int | None = None) -> Start:
+    """The ``--init-from`` start point with ``--attention`` applied (None keeps the start's own; a BERT
+    folder, which has none of ours, gets a Nyström spec with the text preset)."""
+    point = detect(init_from)
+    if attention is None and point.kind == "bert":
+        attention = "nystrom"
+    spec = text_attention(attention, max_length=max_length)
+    if point.kind == "config":
+        cfg = load_config(point.source)
+        cfg = cfg if spec is None else cfg.replace(attention=spec)
+        return Start("config", None, cfg, None, preset=Path(point.source).suffix != ".json")
+    folder = minilm_path() if point.source == MINILM else Path(point.source)
+    if point.kind == "bert":
+        model = (from_bert if point.model_type == "bert" else from_roberta)(folder, attention=spec)
+    elif point.kind == "hf":
+        model = from_hf(folder, attention=spec)
     else:
-        raise ValueError("no initialisation given")
+        model = load_folder(folder)
+        if spec is not None and spec != model.config.attention:
+            model = transfer(model, type(model), model.config.replace(attention=spec))
     tok = folder / "tokenizer.json"
-    return model, tok if tok.is_file() else None
+    return Start(point.kind, model, model.config, tok if tok.is_file() else None)

@@ -11,12 +11,14 @@ from pathlib import Path
 
 from nystrom_lab.argtypes import (
     add_device_options,
-    existing_dir,
     existing_file,
     output_dir,
     positive_float,
     positive_int,
 )
+from nystrom_lab.attention_spec import attention
+from nystrom_lab.start_point import add_init_from
+from nystrom_lab.text.presets import PAPER_CONV_KERNEL
 
 
 def dropout(text: str) -> float:
@@ -27,45 +29,6 @@ def dropout(text: str) -> float:
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"expected a probability in [0, 1), got {text!r}")
     return value
-
-
-def kernel(text: str) -> int | None:
-    return None if text in ("0", "none") else positive_int(text)
-
-
-def attention(text: str) -> str:
-    """``nystrom-<landmarks>``, ``softmax``, ``linear``, ``linformer-<k>`` or ``performer-<features>``,
-    checked at parse time; kept as written (Linformer's sequence length is filled in later)."""
-    from nystrom_lab.text.presets import parse_attention
-
-    try:
-        parse_attention(text, max_seq_len=1)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix("--attention ")) from err
-    return text
-
-
-def folder(text: str) -> str:
-    """A folder that exists, kept as a string (as the run records store it)."""
-    return str(existing_dir(text))
-
-
-def bert(text: str) -> str:
-    """``minilm`` (the bundled all-MiniLM-L6-v2) or a folder that exists."""
-    return text if text == "minilm" else folder(text)
-
-
-def model(text: str) -> str:
-    """A model preset name (bert-small, bert-base) or a configuration .json that exists."""
-    if text.endswith(".json"):
-        return str(existing_file(text))
-    from nystrom.model.presets import PRESETS
-
-    if text not in PRESETS:
-        raise argparse.ArgumentTypeError(
-            f"expected a preset name ({', '.join(sorted(PRESETS))}) or a config .json, got {text!r}"
-        )
-    return text
 
 
 def corpus(text: str) -> str:
@@ -94,22 +57,22 @@ def is_main() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def add_common(p: argparse.ArgumentParser, *, out_required: bool = True) -> None:
+#: what a text command's --attention does, for its help
+ATTENTION_HELP = (
+    "attention spec NAME[-M][,key=value,...], e.g. nystrom, nystrom-64,conv_kernel_size=none, softmax,"
+    f" linformer-256 (a Nyström spec without conv_kernel_size gets {PAPER_CONV_KERNEL}, the paper's BERT"
+    " setting; other unset keys: the constructor's defaults). Default: the start point's own (a BERT"
+    " folder's: nystrom)"
+)
+
+
+def add_common(p: argparse.ArgumentParser, *, init_from: str, what: str) -> None:
+    """The options pretrain and finetune share; ``init_from``: the default start point, ``what`` it is for."""
+    p.add_argument("--out", type=output_dir, help="output folder (re-running resumes from OUT/last)")
+    add_init_from(p, default=init_from, what=what)
+    p.add_argument("--attention", type=attention, metavar="SPEC", help=ATTENTION_HELP)
     p.add_argument(
-        "--out",
-        type=output_dir,
-        required=out_required,
-        help="output folder (re-running resumes from OUT/last)",
-    )
-    p.add_argument(
-        "--init-from-bert", type=bert, metavar="PATH",
-        help="HF BERT folder, or 'minilm' (bundled all-MiniLM-L6-v2)",
-    )  # fmt: skip
-    p.add_argument(
-        "--tokenizer", type=existing_file, help="tokenizer.json (default: the one beside the initialisation)"
-    )
-    p.add_argument(
-        "--conv-kernel", type=kernel, default=65, help="Nyström conv skip taps (0 = none; default 65)"
+        "--tokenizer", type=existing_file, help="tokenizer.json (default: the one beside the start point)"
     )
     p.add_argument("--batch-size", type=positive_int, help="examples per optimiser step (all processes)")
     p.add_argument("--lr", type=positive_float, help="peak learning rate")

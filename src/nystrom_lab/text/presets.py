@@ -1,50 +1,18 @@
-"""Presets and option grammars of the text commands, importable without numpy, torch or transformers
-(the command line checks its options against them before loading anything heavy).
-
-Attention specs (``nystrom-64``, ``softmax``, ``linear``, ``linformer-256``, ``performer-256``), the
+"""Presets of the text commands, importable without numpy, torch or transformers (the command line checks
+its options against them before loading anything heavy): the attention preset of BERT-size models, the
 pre-training and fine-tuning presets, and the Figure 5 variants.
+
+Attention specs follow the one grammar of :mod:`nystrom_lab.attention_spec`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
 
 #: conv skip kernel of the paper's BERT-size models (the released HF checkpoints use 65)
 PAPER_CONV_KERNEL = 65
-_SPEC = re.compile(r"^(nystrom|linformer|performer)-([0-9]+)$|^(softmax|linear)$")
-#: spec name -> the option its number sets
-_NUMBERED = {"nystrom": "num_landmarks", "linformer": "proj_len", "performer": "num_features"}
-
-
-def parse_attention(
-    spec: str, *, conv_kernel: int | None = PAPER_CONV_KERNEL, max_seq_len: int | None = None
-) -> dict[str, Any]:
-    """``"nystrom-64"`` -> Nyström with 64 landmarks (and the depthwise conv skip of ``conv_kernel``
-    taps, None = none); ``"softmax"`` -> exact attention; ``"linear"`` -> ELU linear attention;
-    ``"linformer-256"`` -> Linformer with projection length 256 (needs ``max_seq_len``, the longest
-    input); ``"performer-256"`` -> Performer with 256 random features. Only Nyström gets the conv skip
-    (it is part of the paper's method, not of the baselines)."""
-    match = _SPEC.match(spec) if isinstance(spec, str) else None
-    if match is None:
-        raise ValueError(
-            "--attention must be nystrom-<landmarks> (e.g. nystrom-64), softmax, linear, linformer-<k> or"
-            f" performer-<features>, got {spec!r}"
-        )
-    if match.group(3):
-        return {"name": match.group(3)}
-    name, number = match.group(1), int(match.group(2))
-    if number < 1:
-        raise ValueError(f"--attention {spec}: the number ({_NUMBERED[name]}) must be >= 1")
-    out: dict[str, Any] = {"name": name, _NUMBERED[name]: number}
-    if name == "nystrom":
-        out["conv_kernel_size"] = conv_kernel
-    elif name == "linformer":
-        if max_seq_len is None:
-            raise ValueError(f"--attention {spec}: Linformer needs the sequence length (max_seq_len)")
-        out["max_seq_len"] = max_seq_len
-    return out
+#: what a text command's Nyström spec gets for a key it does not set (the rest: the constructor's defaults)
+TEXT_ATTENTION_PRESET: dict[str, dict[str, int]] = {"nystrom": {"conv_kernel_size": PAPER_CONV_KERNEL}}
 
 
 # ---------------------------------------------------------------- pre-training
@@ -56,7 +24,7 @@ OBJECTIVES = ("mlm+sop", "mlm")
 class PretrainPreset:
     steps: int
     batch_size: int
-    seq_len: int
+    max_length: int
     eval_every: int
     eval_batches: int
     lr: float = 1e-4
@@ -64,16 +32,17 @@ class PretrainPreset:
 
 PRETRAIN_PRESETS: dict[str, PretrainPreset] = {
     # the paper: batch 256, length 512, 0.5M steps (BERT-base from scratch; 0.25M from standard)
-    "paper": PretrainPreset(steps=500_000, batch_size=256, seq_len=512, eval_every=10_000, eval_batches=50),
-    "quick": PretrainPreset(steps=200, batch_size=16, seq_len=128, eval_every=50, eval_batches=4),
+    "paper": PretrainPreset(steps=500_000, batch_size=256, max_length=512, eval_every=10_000, eval_batches=50),
+    "quick": PretrainPreset(steps=200, batch_size=16, max_length=128, eval_every=50, eval_batches=4),
     # scaled-down, Figure-6 style (MiniLM init, python-docstrings corpus) on a 2-core CPU; see docs/pretraining.md
-    # (Figure 5 from scratch is `nystrom pretrain compare`)
-    "fig5": PretrainPreset(steps=200, batch_size=16, seq_len=256, eval_every=20, eval_batches=8),
+    # (Figure 5 from scratch is `nystrom pretrain figure5`)
+    "fig5": PretrainPreset(steps=200, batch_size=16, max_length=256, eval_every=20, eval_batches=8),
 }
 
 
-#: the paper's Figure 5 variants (Performer is optional: add it with --variants)
-FIG5_VARIANTS = ("softmax", "nystrom-64", "linformer-256", "linear")
+#: the paper's Figure 5 variants, each with its constructor's defaults (Nyström: 64 landmarks, Linformer:
+#: projection 256); runs are named by the resolved spec (nystrom-64). Performer is optional (--variants)
+FIG5_VARIANTS = ("softmax", "nystrom", "linformer", "linear")
 
 
 # ---------------------------------------------------------------- fine-tuning

@@ -23,19 +23,13 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from nystrom.model import NystromformerConfig, NystromformerForPreTraining
+from nystrom.model import NystromformerForPreTraining
 from nystrom_lab.data.files import describe_file
 from nystrom_lab.data.text import TextTokenizer, build_token_cache, load_tokenizer, train_wordpiece
 from nystrom_lab.data.text_corpus import resolve_corpus
 from nystrom_lab.data.text_pretrain import PretrainingDataset, collate_pretraining
 from nystrom_lab.text.mlm import masked_token_loss
-from nystrom_lab.text.models import (
-    load_config,
-    load_source,
-    parse_attention,
-    save_model_folder,
-    transfer,
-)
+from nystrom_lab.text.models import load_start, save_model_folder, transfer
 from nystrom_lab.text.pretrain_run import PretrainRun
 from nystrom_lab.training import Task, TrainConfig, train
 
@@ -104,48 +98,45 @@ def resolve_tokenizer(run: PretrainRun, corpus: list[Path], beside_source: Path 
         )
     if beside_source is not None:
         return load_tokenizer(beside_source)
-    raise ValueError("no tokenizer: give --tokenizer PATH, --train-tokenizer VOCAB or --init-from-bert")
+    raise ValueError(
+        "no tokenizer: give --tokenizer PATH or --train-tokenizer VOCAB, or --init-from a folder that has one"
+    )
 
 
-def build_model(run: PretrainRun) -> tuple[NystromformerForPreTraining, Path | None]:
-    """The model (seeded by ``run.seed``) and the tokenizer.json of its source, if any."""
-    spec = parse_attention(run.attention, conv_kernel=run.conv_kernel, max_seq_len=run.length())
+def build_model(run: PretrainRun) -> tuple[NystromformerForPreTraining, Path | None, bool]:
+    """The model (seeded by ``run.seed``), the tokenizer.json of its start point (if any), and whether it
+    is drawn from a preset configuration (which then takes the tokenizer's vocabulary)."""
     torch.manual_seed(run.seed)
-    if run.init_from_bert:
-        source, tok = load_source(init_from_bert=run.init_from_bert, attention=spec)
-        cfg = source.config.replace(pooler=True, pooling="pooler")
+    start = load_start(run.init_from, attention=run.attention, max_length=run.length())
+    if start.model is not None:
+        cfg = start.config.replace(pooler=True, pooling="pooler")
     else:
-        source, tok = None, None
-        if Path(run.model).suffix == ".json":
-            cfg = load_config(run.model).replace(attention=spec)
-        else:
-            cfg = NystromformerConfig.preset(run.model, attention=spec)
-        cfg = cfg.replace(max_position_embeddings=max(cfg.max_position_embeddings, run.length()))
+        cfg = start.config.replace(
+            max_position_embeddings=max(start.config.max_position_embeddings, run.length())
+        )
     if run.dropout is not None:
         cfg = cfg.replace(dropout=run.dropout)
-    if source is not None:
-        return transfer(source, NystromformerForPreTraining, cfg), tok
-    return NystromformerForPreTraining(cfg), tok
+    if start.model is not None:
+        return transfer(start.model, NystromformerForPreTraining, cfg), start.tokenizer, False
+    return NystromformerForPreTraining(cfg), None, start.preset
 
 
 def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     """Model, MLM+SOP train/dev splits of the corpus, collate and step for the shared loop."""
     files = resolve_corpus(list(run.corpus), run.out / "cache")
-    model, beside = build_model(run)
+    model, beside, preset = build_model(run)
     tok = resolve_tokenizer(run, files, beside)
     cfg = model.config
     if tok.vocab_size > cfg.vocab_size:
-        if run.init_from_bert or Path(run.model).suffix == ".json":
+        if not preset:
             raise ValueError(
                 f"tokenizer {tok.path} has {tok.vocab_size} ids but the model only {cfg.vocab_size}"
             )
         torch.manual_seed(run.seed)  # a fresh preset model takes the tokenizer's vocabulary
-        model = NystromformerForPreTraining(
-            cfg.replace(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id)
-        )
+        model = NystromformerForPreTraining(cfg.replace(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id))
     if run.length() > model.config.max_position_embeddings:
         raise ValueError(
-            f"--seq-len {run.length()} exceeds the model's {model.config.max_position_embeddings} positions"
+            f"--max-length {run.length()} exceeds the model's {model.config.max_position_embeddings} positions"
         )
     cache = build_token_cache(files, tok, run.out / "cache" / "tokens", doc_mode=run.doc_mode)
     kw = dict(
@@ -158,7 +149,7 @@ def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     def collate(items: list[dict]) -> dict[str, torch.Tensor]:
         return collate_pretraining(items, pad_id=pad, pad_to=length)
 
-    name = f"pretrain-{run.attention}"
+    name = f"pretrain-{run.attention or 'own'}"
     return Task(PreTrainingObjective(model), train_set, collate, pretrain_step, dev=dev_set, name=name), tok
 
 
@@ -169,7 +160,11 @@ def same_run(old: dict, new: dict) -> bool:
     keys = ("tokenizer", "tokenizer_file")
     strip = lambda r: {k: v for k, v in r.items() if k not in keys}  # noqa: E731
     old_tok, new_tok = old.get("tokenizer"), new.get("tokenizer")
-    if isinstance(old_tok, dict) and isinstance(new_tok, dict) and old_tok.get("sha256") != new_tok.get("sha256"):
+    if (
+        isinstance(old_tok, dict)
+        and isinstance(new_tok, dict)
+        and old_tok.get("sha256") != new_tok.get("sha256")
+    ):
         return False
     return strip(old) == strip(new)
 

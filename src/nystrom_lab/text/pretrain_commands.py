@@ -1,5 +1,5 @@
-"""The ``nystrom pretrain``, ``nystrom pretrain compare`` and ``nystrom pretrain-compare`` commands; their
-``register`` also adds ``finetune``/``predict`` (finetune_commands.py) and ``convert`` (convert_commands.py).
+"""The ``nystrom pretrain``, ``nystrom pretrain figure5`` (runs the Figure 5 experiment) and ``nystrom
+plot-runs`` (draws the dev curves of existing runs) commands.
 
 Wire with ``register(subparsers)`` from the top-level CLI; each leaf sets ``func(args) -> int``.
 Re-running the same command resumes from OUT/last; torchrun runs them on several processes.
@@ -23,53 +23,48 @@ from nystrom_lab.argtypes import (
     positive_float,
     positive_int,
 )
-from nystrom_lab.text.options import (
-    add_common,
-    attention,
-    corpus,
-    dropout,
-    folder,
-    is_main,
-    kernel,
-    model,
-    run_folder,
-)
+from nystrom_lab.attention_spec import attention
+from nystrom_lab.text.options import add_common, corpus, dropout, is_main, run_folder
 
 _PRETRAIN_EPILOG = """\
 presets: paper (batch 256, length 512, 500k steps), quick (16, 128, 200 steps),
          fig5 (16, 256, 200 steps: Figure-6 style from MiniLM, see docs/pretraining.md)
 corpus:  files (blank-line separated documents, or --doc-mode file), folders (their *.txt), or the
          built-in python-docstrings (the standard library's docstrings + pydoc topics of this Python)
-example: nystrom pretrain --preset fig5 --init-from-bert minilm --attention nystrom-64 \\
+start:   --init-from a configuration (bert-small, the default; bert-base; a config .json) trains from a
+         random initialisation; a BERT folder or minilm is the paper's "from standard"; a folder of ours
+         (e.g. from `nystrom convert long`) continues its pre-training (objective mlm by default)
+example: nystrom pretrain --preset fig5 --init-from minilm --attention nystrom-64 \\
              --corpus python-docstrings --out runs/fig5/nystrom-64
-Figure 5 from scratch (every variant, same data and steps): nystrom pretrain compare --help
+Figure 5 from scratch (every variant, same data and steps): nystrom pretrain figure5 --help
+dev curves of finished runs in one figure: nystrom plot-runs RUN... --png FIG.png
 """
 
-_COMPARE_EPILOG = """\
+_FIGURE5_EPILOG = """\
 Trains (or resumes) every variant from a random initialisation with the same tokenizer, examples, masks,
 steps and optimiser, one after the other, then writes OUT/results.json and OUT/curves.png (+ curves.md).
 Re-running the same command resumes an interrupted variant and skips finished ones.
 example (docs/pretraining.md, "Figure 5 from scratch"):
   nystrom data brown data/brown --fetch
-  nystrom pretrain compare --corpus data/brown/brown.txt --out experiments/fig5-scratch
+  nystrom pretrain figure5 --corpus data/brown/brown.txt --out experiments/fig5-scratch
 """
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
     missing = [flag for flag, v in (("--corpus", args.corpus), ("--out", args.out)) if not v]
     if missing:
-        raise UsageError(f"{' and '.join(missing)} required (or: nystrom pretrain compare ...)")
+        raise UsageError(f"{' and '.join(missing)} required (or: nystrom pretrain figure5 ...)")
+    from nystrom_lab.start_point import detect
     from nystrom_lab.text.pretrain import PretrainRun, run_pretrain
 
+    continued = detect(args.init_from).kind == "nystrom"  # a folder of ours: continue its masked LM
     run = PretrainRun(
         corpus=tuple(args.corpus), out=args.out, preset=args.preset, tokenizer=args.tokenizer,
-        train_tokenizer=args.train_tokenizer, init_from_bert=args.init_from_bert, init_from=args.init_from,
-        model=args.model, attention=args.attention or (None if args.init_from else "nystrom-64"),
-        objective=args.objective or ("mlm" if args.init_from else "mlm+sop"), reference_length=args.reference_length,
+        train_tokenizer=args.train_tokenizer, init_from=args.init_from, attention=args.attention,
+        objective=args.objective or ("mlm" if continued else "mlm+sop"), reference_length=args.reference_length,
         gradient_checkpointing=args.gradient_checkpointing, eval_at_start=args.eval_at_start,
-        conv_kernel=args.conv_kernel, steps=args.steps, batch_size=args.batch_size,
-        seq_len=args.seq_len, lr=args.lr, warmup=args.warmup, eval_every=args.eval_every,
-        eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
+        steps=args.steps, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
+        warmup=args.warmup, eval_every=args.eval_every, eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
         dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed,
         **_given(dupe_factor=args.dupe_factor), **device_options(args),
     )  # fmt: skip
@@ -89,18 +84,18 @@ def _given(**options: object) -> dict[str, object]:
     return {k: v for k, v in options.items() if v is not None}
 
 
-def cmd_pretrain_compare(args: argparse.Namespace) -> int:
-    from nystrom_lab.text.figure5 import CompareRun, run_compare
+def cmd_figure5(args: argparse.Namespace) -> int:
+    from nystrom_lab.text.figure5 import Figure5Run, run_figure5
 
-    run = CompareRun(
+    run = Figure5Run(
         corpus=tuple(args.corpus), out=args.out, variants=tuple(args.variants), tokenizer=args.tokenizer,
         hidden_size=args.hidden, num_heads=args.heads, intermediate_size=args.ffn, num_layers=args.layers,
-        seq_len=args.seq_len, batch_size=args.batch_size, steps=args.steps, lr=args.lr, warmup=args.warmup,
-        eval_every=args.eval_every, eval_batches=args.eval_batches, conv_kernel=args.conv_kernel,
-        dropout=args.dropout, seed=args.seed, **_given(dupe_factor=args.dupe_factor), **device_options(args),
+        max_length=args.max_length, batch_size=args.batch_size, steps=args.steps, lr=args.lr,
+        warmup=args.warmup, eval_every=args.eval_every, eval_batches=args.eval_batches, dropout=args.dropout,
+        seed=args.seed, **_given(dupe_factor=args.dupe_factor), **device_options(args),
     )  # fmt: skip
-    with run_folder(args.out):  # one compare per experiment folder; its variants run one after the other
-        report = run_compare(run, progress=not args.no_progress, report_only=args.report_only)
+    with run_folder(args.out):  # one experiment per folder; its variants run one after the other
+        report = run_figure5(run, progress=not args.no_progress, report_only=args.report_only)
     for variant, r in report["variants"].items():
         acc = (
             f"MLM final {r['final_mlm_accuracy']:.4f} best {r['best_mlm_accuracy']:.4f}, SOP {r['final_sop_accuracy']:.4f}"
@@ -112,21 +107,21 @@ def cmd_pretrain_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from nystrom_lab.text.figure5 import compare_runs
+def cmd_plot_runs(args: argparse.Namespace) -> int:
+    from nystrom_lab.text.figure5 import plot_runs
 
-    print(compare_runs(args.runs, args.png, args.table), end="")
+    print(plot_runs(args.runs, args.png, args.table), end="")
     print(f"figure: {args.png}" + (f", table: {args.table}" if args.table else ""))
     return 0
 
 
-def _register_compare(sub: argparse._SubParsersAction) -> None:
-    from nystrom_lab.text.figure5 import FIG5_VARIANTS, CompareRun
+def _register_figure5(sub: argparse._SubParsersAction) -> None:
+    from nystrom_lab.text.figure5 import FIG5_VARIANTS, Figure5Run
 
-    d = CompareRun(corpus=("unused",))
+    d = Figure5Run(corpus=("unused",))
     c = sub.add_parser(
-        "compare", help="Figure 5 from scratch: every attention variant, same data and steps",
-        epilog=_COMPARE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "figure5", help="run the Figure 5 experiment: every attention variant from scratch, same data and steps",
+        epilog=_FIGURE5_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     c.add_argument(
         "--corpus", type=corpus, nargs="+", required=True, help="text files/folders, e.g. data/brown/brown.txt"
@@ -134,7 +129,8 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--out", type=output_dir, default=d.out, help=f"experiment folder (default {d.out})")
     c.add_argument(
         "--variants", type=attention, nargs="+", default=list(FIG5_VARIANTS),
-        help=f"attention specs (default {' '.join(FIG5_VARIANTS)}; performer-256 optional)",
+        help=f"attention specs NAME[-M][,key=value,...] (default {' '.join(FIG5_VARIANTS)}; performer optional);"
+        " each runs in OUT/<spec with its main option resolved>, e.g. OUT/nystrom-64",
     )  # fmt: skip
     c.add_argument(
         "--tokenizer", type=existing_file, help="tokenizer.json (default: MiniLM's BERT-uncased WordPiece)"
@@ -142,7 +138,7 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
     for flag, field, what in (
         ("--hidden", "hidden_size", "width"), ("--heads", "num_heads", "heads"),
         ("--ffn", "intermediate_size", "FFN width"), ("--layers", "num_layers", "layers"),
-        ("--seq-len", "seq_len", "tokens per example"), ("--batch-size", "batch_size", "examples per step"),
+        ("--max-length", "max_length", "tokens per example"), ("--batch-size", "batch_size", "examples per step"),
         ("--steps", "steps", "optimiser steps"), ("--eval-every", "eval_every", "steps between dev evaluations"),
         ("--eval-batches", "eval_batches", "dev batches per evaluation"),
     ):  # fmt: skip
@@ -153,9 +149,6 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
         "--warmup", type=non_negative_int,
         help="warm-up steps (default 2%% of --steps: BERT-base's 10k of 0.5M; BERT-small's 10k of 0.1M is 10%%)",
     )  # fmt: skip
-    c.add_argument(
-        "--conv-kernel", type=kernel, default=d.conv_kernel, help="Nyström conv skip taps (0 = none; default 65)"
-    )  # fmt: skip
     c.add_argument("--dropout", type=dropout, help="override the model's dropout (default 0.1)")
     c.add_argument("--dupe-factor", type=positive_int, help=_DUPE_HELP)
     c.add_argument("--seed", type=int, default=0, help="initialisation, example order, masks (default 0)")
@@ -164,11 +157,12 @@ def _register_compare(sub: argparse._SubParsersAction) -> None:
         "--report-only", action="store_true", help="train nothing: rewrite results.json and curves"
     )
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
-    c.set_defaults(func=cmd_pretrain_compare)
+    c.set_defaults(func=cmd_figure5)
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """Add ``pretrain``, ``pretrain-compare``, ``finetune``, ``predict`` and ``convert`` to a top-level ``add_subparsers()``."""
+    """Add ``pretrain`` (with ``pretrain figure5``) and ``plot-runs`` to a top-level ``add_subparsers()``; returns
+    the ``pretrain`` experiments' sub-parsers (the CLI adds ``long-context`` there)."""
     from nystrom_lab.text.presets import PRETRAIN_PRESETS as PT_PRESETS
 
     p = subparsers.add_parser(
@@ -180,17 +174,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     )
     p.add_argument("--preset", choices=sorted(PT_PRESETS), default="quick")
     p.add_argument(
-        "--attention", type=attention,
-        help="nystrom-<landmarks>, softmax, linear, linformer-<k> or performer-<features>"
-        " (default nystrom-64; with --init-from: the folder's own)",
-    )  # fmt: skip
-    p.add_argument(
-        "--init-from", type=folder, metavar="DIR",
-        help="continue pre-training a folder of ours, e.g. from `nystrom convert long` (implies --objective mlm)",
-    )  # fmt: skip
-    p.add_argument(
         "--objective", choices=("mlm+sop", "mlm"),
-        help="mlm+sop (the paper; default) or mlm: whole documents packed into --max-length pieces, MLM only",
+        help="mlm+sop (the paper; the default) or mlm: whole documents packed into --max-length pieces, MLM"
+        " only (the default when --init-from is a folder of ours: continued pre-training)",
     )  # fmt: skip
     p.add_argument(
         "--reference-length", type=positive_int, metavar="R",
@@ -200,16 +186,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward")
     p.add_argument("--eval-at-start", action="store_true", help="also evaluate the initial weights (step 0)")
     p.add_argument(
-        "--model",
-        type=model,
-        default="bert-small",
-        help="fresh model: bert-small, bert-base or a config .json",
-    )
-    p.add_argument(
         "--train-tokenizer", type=positive_int, metavar="VOCAB", help="train a WordPiece on the corpus"
     )
     p.add_argument("--steps", type=positive_int, help="optimiser steps (warm-up = 2%% unless --warmup)")
-    p.add_argument("--seq-len", "--max-length", type=positive_int, dest="seq_len", help="tokens per example")
+    p.add_argument("--max-length", type=positive_int, help="tokens per example (default: the preset's)")
     p.add_argument("--warmup", type=non_negative_int, help="warm-up steps")
     p.add_argument("--eval-every", type=positive_int, help="steps between dev evaluations")
     p.add_argument("--eval-batches", type=positive_int, help="dev batches per evaluation")
@@ -224,17 +204,18 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     )
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per step")
     p.add_argument("--dupe-factor", type=positive_int, help=_DUPE_HELP)
-    add_common(p, out_required=False)  # not required here, so that `nystrom pretrain compare` parses
+    # --out is checked by the command, not required by the parser, so that `nystrom pretrain figure5` parses
+    add_common(p, init_from="bert-small", what="the model to pre-train")
     p.set_defaults(func=cmd_pretrain)
-    experiments = p.add_subparsers(dest="pretrain_command", metavar="{compare,long-context}", required=False)
-    _register_compare(experiments)
+    experiments = p.add_subparsers(dest="pretrain_command", metavar="{figure5,long-context}", required=False)
+    _register_figure5(experiments)
 
     c = subparsers.add_parser(
-        "pretrain-compare", help="dev MLM/SOP curves of pretrain runs in one PNG + table"
+        "plot-runs", help="plot the dev MLM/SOP curves of existing `nystrom pretrain` runs in one PNG + table"
     )
     c.add_argument("runs", nargs="+", type=existing_dir, help="`nystrom pretrain` output folders")
     c.add_argument("--png", type=output_file, required=True, help="figure to write")
     c.add_argument("--table", type=output_file, help="markdown table to write")
-    c.set_defaults(func=cmd_compare)
+    c.set_defaults(func=cmd_plot_runs)
     return experiments  # the CLI adds `long-context` here (that experiment builds on this one)
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nystrom_lab.data.names import DUPE_FACTOR, SHORT_SEQ_PROB
-from nystrom_lab.text.presets import OBJECTIVES, PAPER_CONV_KERNEL, PRETRAIN_PRESETS, WARMUP_FRACTION
+from nystrom_lab.text.presets import OBJECTIVES, PRETRAIN_PRESETS, WARMUP_FRACTION
 from nystrom_lab.training.config import TrainConfig
 
 
@@ -23,18 +23,15 @@ class PretrainRun:
     preset: str = "quick"
     tokenizer: Path | None = None
     train_tokenizer: int | None = None  # train a WordPiece of this vocabulary on the corpus
-    init_from_bert: str | None = None
-    init_from: str | None = None  # a folder of ours (e.g. `nystrom convert long` output); keeps its attention
-    model: str = "bert-small"  # preset name or config JSON (ignored with init_from_bert / init_from)
-    attention: str | None = "nystrom-64"  # None: the init_from folder's own
-    objective: str = "mlm+sop"  # or "mlm": packed whole documents, MLM only (pretrain_mlm.py)
-    reference_length: int | None = None  # mlm: dev position buckets of this length (default: seq_len)
+    init_from: str = "bert-small"  # the start point (nystrom_lab.start_point): a configuration draws a fresh model
+    attention: str | None = None  # a spec of nystrom_lab.attention_spec; None: the start point's own
+    objective: str = "mlm+sop"  # or "mlm": packed whole documents, MLM only (mlm.py)
+    reference_length: int | None = None  # mlm: dev position buckets of this length (default: max_length)
     gradient_checkpointing: bool = False
     eval_at_start: bool = False
-    conv_kernel: int | None = PAPER_CONV_KERNEL
     steps: int | None = None
     batch_size: int | None = None
-    seq_len: int | None = None
+    max_length: int | None = None
     lr: float | None = None
     warmup: int | None = None
     eval_every: int | None = None
@@ -59,12 +56,6 @@ class PretrainRun:
             raise ValueError("give --tokenizer or --train-tokenizer, not both")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if self.init_from and self.init_from_bert:
-            raise ValueError("give --init-from or --init-from-bert, not both")
-        if self.init_from and self.objective != "mlm":
-            raise ValueError("--init-from continues masked-LM pre-training: use it with --objective mlm")
-        if self.attention is None and not self.init_from:
-            raise ValueError("--attention is required unless --init-from gives a model")
 
     def train_config(self) -> TrainConfig:
         p = PRETRAIN_PRESETS[self.preset]
@@ -92,4 +83,4 @@ class PretrainRun:
         )
 
     def length(self) -> int:
-        return self.seq_len or PRETRAIN_PRESETS[self.preset].seq_len
+        return self.max_length or PRETRAIN_PRESETS[self.preset].max_length
