@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nystrom_lab.bench.approx_commands import register as register_approx
     from nystrom_lab.bench.commands import register as register_bench
     from nystrom_lab.data.lra.commands import register as register_data
+    from nystrom_lab.docs.commands import register as register_docs
     from nystrom_lab.long_context.commands import register as register_long_context
     from nystrom_lab.lra.commands import register as register_lra
     from nystrom_lab.text.convert import register as register_convert
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_finetune(sub)  # `nystrom finetune ...` and `nystrom predict ...`
     register_convert(sub)  # `nystrom convert ...`: folders for transformers
     register_data(sub)
+    register_docs(sub)  # `nystrom docs render|check`: the measured tables of README.md and docs/ from data
     return p
 
 

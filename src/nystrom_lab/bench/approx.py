@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import inspect
+import json
 import math
 from pathlib import Path
 
@@ -33,34 +34,12 @@ from nystrom_lab.bench.approx_measure import (  # noqa: F401 (re-exported: calle
     shared_qk_attention,
     sweep,
 )
+from nystrom_lab.bench.approx_report import render, report  # noqa: F401 (re-exported)
 from nystrom_lab.bench.common import replace_section
 
 TEXT_LENGTHS = (256, 512, 1024, 2048)
 SYNTH_LENGTHS = (512, 1024, 2048, 4096)
 
-
-def render(rows: list[dict], *, family: str, focus: int) -> str:
-    """Two markdown tables for one family: error vs m at the largest n, and error vs n at m = ``focus``."""
-    sub = [r for r in rows if r["family"] == family]
-    if not sub:
-        return ""
-    get = {(r["method"], r["n"], r["param"]): r["rel_err"] for r in sub}
-    methods = list(dict.fromkeys(r["method"] for r in sub))
-    lengths = sorted({r["n"] for r in sub})
-    n_max = lengths[-1]
-    params = sorted({r["param"] for r in sub if r["n"] == n_max and r["method"] != "uniform"})
-
-    def cell(method: str, n: int, m: int) -> str:
-        err = get.get((method, n, 0 if method == "uniform" else m))
-        return "—" if err is None else f"{err:.3f}"
-
-    lines = [f"Relative error vs m, {family}, n={n_max}:", ""]
-    lines += ["| method | " + " | ".join(f"m={m}" for m in params) + " |", "|---|" + "---:|" * len(params)]
-    lines += [f"| {me} | " + " | ".join(cell(me, n_max, m) for m in params) + " |" for me in methods]
-    lines += ["", f"Relative error vs n, {family}, m={focus}:", ""]
-    lines += ["| method | " + " | ".join(f"n={n}" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
-    lines += [f"| {me} | " + " | ".join(cell(me, n, focus) for n in lengths) + " |" for me in methods]
-    return "\n".join(lines)
 
 
 def run(
@@ -103,7 +82,6 @@ def run(
         rows += sweep(family, *x, methods=methods, params=params, trials=trials, seed=seed)
     default_m = inspect.signature(NystromAttention).parameters["num_landmarks"].default
     fig_m = default_m if fig_m is None else fig_m
-    focus = min(params, key=lambda p: abs(p - default_m))
     out_dir.mkdir(parents=True, exist_ok=True)
     fields = ["family", "n", "method", "param", "rel_err", "rel_err_std", "reference", "logit_std"]
     with open(out_dir / "approx.csv", "w", newline="") as f:
@@ -128,32 +106,11 @@ def run(
         title=f"MiniLM layer {layer}, head {fig_head}, first {fig_n} tokens of {text.name}, m={fig_m}: "
         f"relative Frobenius error {fig_err:.3f}",
     )
-    stds = {fam: next(r["logit_std"] for r in rows if r["family"] == fam) for fam in ("minilm", "lowrank")}
-    body = "\n".join(
-        [
-            f"Command: `{command}`",
-            "",
-            "Same q, k, v for every method (functional forms, no projections); error ‖Ŷ−Y‖_F/‖Y‖_F vs exact "
-            "softmax attention (Reformer: vs exact shared-QK attention), mean over "
-            f"{trials} draws for the random methods. m = landmarks (Nyström), projected length (Linformer, "
-            "untrained E/F; `linformer-pool`: E = F = segment means), window−1 (Longformer), random features (Performer), 2×bucket size (Reformer, "
-            "2 hashes). `uniform` = mean of v, the no-information floor.",
-            f"minilm: all-MiniLM-L6-v2 layer {layer} (h=12, d=32) on `{text.name}` in 512-token windows, "
-            f"logit std {stds['minilm']:.2f}; lowrank: 4 heads × 64, rank 8 latents, noise 0.3, "
-            f"logit std {stds['lowrank']:.2f}.",
-            "",
-            render(rows, family="minilm", focus=focus),
-            "",
-            render(rows, family="lowrank", focus=focus),
-            "",
-            "![error vs m](approx.png) — data: `approx.csv`.",
-            "",
-            f"Figure 3 (paper): exact softmax matrix vs Nyström F·A⁺·B, MiniLM layer {layer}, head {fig_head}, "
-            f"n={fig_n}, m={fig_m}, relative Frobenius error {fig_err:.3f}:",
-            "",
-            "![exact vs Nyström attention](approx_attention_maps.png)",
-        ]
-    )
+    # the run record: with the CSV's rows, all that `nystrom docs render` needs to rebuild the report
+    record = {"command": command, "trials": trials, "layer": layer, "text": text.name, "fig_n": fig_n,
+              "fig_head": fig_head, "fig_m": fig_m, "fig_err": fig_err}  # fmt: skip
+    (out_dir / "approx.json").write_text(json.dumps(record, indent=1) + "\n")
+    body = report(rows, record)
     print(body)
     (out_dir / "approx.md").write_text(body + "\n")
     if markdown is not None:

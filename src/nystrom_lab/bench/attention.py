@@ -23,6 +23,7 @@ from torch import nn
 
 from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom.functional import nystrom_attention, softmax_attention
+from nystrom_lab.bench.attention_report import IMPLS, MODES, render
 from nystrom_lab.bench.common import (
     gemm_gflops,
     machine_info,
@@ -33,7 +34,6 @@ from nystrom_lab.bench.common import (
     run_child,
 )
 
-IMPLS = ("nystrom", "hf", "lucidrains", "sdpa")
 #: our module's defaults: the other implementations are configured alike, and an unset m is ours
 OURS = {k: p.default for k, p in inspect.signature(NystromAttention).parameters.items()}
 # Calls before timing, every implementation alike. Why more than one: on this VM the first touches of
@@ -41,7 +41,6 @@ OURS = {k: p.default for k, p in inspect.signature(NystromAttention).parameters.
 # 12 ms from the third; host-side backing of guest memory), so a 65536-token case settles only
 # from its 4th call (measured per call: 320, 320, 270, 185, 175, 170, ... ms).
 WARMUP_CALLS = 4
-MODES = ("core", "fwd", "fwdbwd")
 
 
 def _hf_module(
@@ -221,10 +220,13 @@ def run(
         rows.append({"impl": impl, "mode": mode, "n": n, **res})
     gemm_after = run_child("nystrom_lab.bench.attention", ["gemm", "-", "0"], timeout_s=300)["gflops"]
     info = {**machine_info(), "gemm_gflops_before": f"{gemm:.1f}", "gemm_gflops_after": f"{gemm_after:.1f}"}
-    rate = max(gemm, gemm_after)
-    report = render(rows, info, rate=rate, heads=heads, dim_head=dim_head, landmarks=landmarks, dtype=dtype)
+    settings = {"heads": heads, "dim_head": dim_head, "landmarks": landmarks, "dtype": dtype}
+    report = render(rows, info, **settings)
     print(report)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # what the report needs beside the rows, so `nystrom docs render` can rebuild it from the files
+    meta = {"source": "nystrom bench core", "info": info, "settings": settings}
+    (out_dir / "bench_attention.json").write_text(json.dumps(meta, indent=1) + "\n")
     with open(out_dir / "bench_attention.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["impl", "mode", "n", "ms", "peak_mb", "gemm_gflops", "error"])
         w.writeheader()
@@ -233,61 +235,6 @@ def run(
     if markdown is not None:
         replace_section(markdown, "bench-attention", report)
     return rows
-
-
-def render(
-    rows: list[dict], info: dict, *, rate: float, heads: int, dim_head: int, landmarks: int, dtype: str
-) -> str:
-    """Markdown: per mode a table of ms / MB and our speed-up and memory ratio vs each other implementation."""
-    get = {(r["impl"], r["mode"], r["n"]): r for r in rows}
-    lengths = sorted({r["n"] for r in rows})
-    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
-    lines = [
-        f"Machine: {info['cpu']}, {info['threads']} threads; torch {info['torch']}, transformers "
-        f"{info['transformers']}, nystrom-attention {info['nystrom_attention']}, Python {info['python']}.",
-        f"b=1, h={heads}, d={dim_head}, m={landmarks}, {dtype}, conv off. Floor = 8·n·m·d·h FLOPs over the "
-        "large fp32 GEMM rate timed alternately with our core in its process (column GEMM); the run's rate: "
-        f"{info['gemm_gflops_before']} GFLOP/s before, {info['gemm_gflops_after']} after.",
-        "Speed-up = their time / ours (>1: we are faster); memory = our peak / theirs (<1: we use less).",
-        "",
-    ]
-    for mode, title in (
-        ("core", "Attention core (q, k, v given; no projections), forward"),
-        ("fwd", "Whole module forward (no_grad)"),
-        ("fwdbwd", "Whole module forward + backward"),
-    ):
-        if not any(r["mode"] == mode for r in rows):
-            continue
-        lines += [f"### {title}", ""]
-        head = ["n"] + [f"{i} ms" for i in impls] + [f"{i} MB" for i in impls]
-        head += [f"speed-up vs {i}" for i in impls if i != "nystrom"] + [
-            f"mem vs {i}" for i in impls if i != "nystrom"
-        ]
-        if mode == "core":
-            head += ["GEMM GFLOP/s", "floor ms", "ours / floor"]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for n in lengths:
-            cells = [str(n)]
-            res = {i: get.get((i, mode, n), {}) for i in impls}
-            cells += [f"{res[i]['ms']:.1f}" if "ms" in res[i] else "—" for i in impls]
-            cells += [f"{res[i]['peak_mb']:.0f}" if "peak_mb" in res[i] else "—" for i in impls]
-            ours = res.get("nystrom", {})
-            for key in ("ms", "peak_mb"):
-                for i in impls:
-                    if i == "nystrom":
-                        continue
-                    if key in ours and key in res[i] and ours[key] > 0 and res[i][key] > 0:
-                        ratio = res[i][key] / ours[key] if key == "ms" else ours[key] / res[i][key]
-                        cells.append(f"{ratio:.2f}×")
-                    else:
-                        cells.append("—")
-            if mode == "core":
-                r = ours.get("gemm_gflops", rate)
-                floor = 8 * n * landmarks * dim_head * heads / (r * 1e9) * 1e3
-                cells += [f"{r:.1f}", f"{floor:.1f}", f"{ours['ms'] / floor:.2f}×" if "ms" in ours else "—"]
-            lines.append("| " + " | ".join(cells) + " |")
-        lines.append("")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
 from nystrom_lab.bench.malloc import MALLOC, malloc_env  # noqa: F401 (re-exported)
+from nystrom_lab.docs.markers import replace_section  # noqa: F401 (re-exported: the bench writers use it)
 
 CHILD_ENV = {"PYTHONUNBUFFERED": "1"}
 
@@ -159,16 +159,3 @@ def run_child(module: str, args: list[str], *, timeout_s: float, env: dict[str, 
         tail = proc.stderr.strip().splitlines()[-3:]
         return {"error": " | ".join(tail) or f"exit code {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def replace_section(path: Path, marker: str, body: str) -> None:
-    """Replace the text between ``<!-- marker:start -->`` and ``<!-- marker:end -->`` (append if absent)."""
-    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{start}\n{body.rstrip()}\n{end}"
-    if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)

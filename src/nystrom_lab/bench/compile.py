@@ -4,18 +4,23 @@ Run: ``python -m nystrom_lab.bench.compile`` (a few minutes on 2 cores: each com
 Module: NystromAttention(512, heads=8, dim_head=64) with its default landmarks and conv, batch 1, float32.
 Eager runs our fused CPU kernels from n = 16384 (SDPA below); compiled code runs the traceable path
 (SDPA for both products, the conv as fused shifted adds). Prints median and min–max of ``REPEATS``
-timed calls after two warm-up calls, and the compile time (first call).
+timed calls after two warm-up calls, and the compile time (first call); with a path argument also writes
+the rows as JSON there (docs/bench_compile.json is what ``nystrom docs render`` makes the docs table of).
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from nystrom.attention import NystromAttention
+from nystrom_lab.bench.compile_report import render
 
 LENGTHS = (4096, 16384)
 REPEATS = 7
@@ -34,10 +39,9 @@ def _time(fn) -> tuple[float, float, float, float]:
     return statistics.median(times), min(times), max(times), first
 
 
-def main() -> None:
+def main(out: Path | None = None) -> None:
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads {torch.get_num_threads()}")
-    print("| n | pass | eager ms (min–max) | compiled ms (min–max) | eager / compiled | compile s |")
-    print("|---|---|---|---|---|---|")
+    rows = []
     for n in LENGTHS:
         torch.manual_seed(0)
         mod = NystromAttention(512, heads=8, dim_head=64).eval()
@@ -55,12 +59,15 @@ def main() -> None:
         for name, step in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
             e_med, e_lo, e_hi, _ = _time(step)
             c_med, c_lo, c_hi, first = _time(lambda step=step: step(compiled))
-            print(
-                f"| {n} | {name} | {e_med * 1e3:.0f} ({e_lo * 1e3:.0f}–{e_hi * 1e3:.0f}) "
-                f"| {c_med * 1e3:.0f} ({c_lo * 1e3:.0f}–{c_hi * 1e3:.0f}) | {e_med / c_med:.2f}× | {first:.0f} |"
-            )
+            rows.append({"n": n, "pass": name, "eager": [1e3 * e_med, 1e3 * e_lo, 1e3 * e_hi],
+                         "compiled": [1e3 * c_med, 1e3 * c_lo, 1e3 * c_hi], "speedup": e_med / c_med,
+                         "compile_s": first})  # fmt: skip
         torch._dynamo.reset()
+    print(render(rows))
+    if out is not None:
+        out.write_text(json.dumps({"source": f"python -m nystrom_lab.bench.compile, torch {torch.__version__}",
+                                   "rows": rows}, indent=1) + "\n")  # fmt: skip
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

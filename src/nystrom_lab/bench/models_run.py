@@ -12,6 +12,8 @@ from itertools import product
 from pathlib import Path
 
 from nystrom_lab.bench.models import MODELS, MODES, SIZES, summarise
+from nystrom_lab.bench.models_report import plot, render
+from nystrom_lab.docs.markers import replace_section
 
 #: the transformers models our Nyström model is measured against (the fastest of them in each case)
 OTHERS = ("hf-nystromformer", "hf-longformer", "hf-bigbird")
@@ -122,7 +124,7 @@ def run(
               "gemm_gflops": rates, "machine": machine_info(), "wall_s": time.perf_counter() - start,
               "resumed_cases": len(done)}  # fmt: skip
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out_dir / f"{name}.md").write_text(render(report))
+    replace_section(out_dir / f"{name}.md", "bench-models", render(report), header="")  # `nystrom docs` re-renders it
     plot(report, out_dir / f"{name}.png")
     partial.unlink()
     return report
@@ -159,43 +161,6 @@ def _resume(partial: Path, settings: dict) -> dict[tuple, dict]:
     return done
 
 
-def plot(report: dict, png: Path) -> Path:
-    """Seconds and peak MB against n (log-log), inference and training step, one line per model, the
-    smallest batch; a failed case ends its model's line (its error is in the table)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = report["rows"]
-    batch = min(r["batch"] for r in rows)
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
-    for col, mode in enumerate(MODES):
-        for model in MODELS:
-            pts = sorted((r["n"], r) for r in rows if (r["mode"], r["model"], r["batch"]) == (mode, model, batch)
-                         and "median_s" in r)  # fmt: skip
-            if not pts:
-                continue
-            style = {"lw": 2.5, "marker": "o"} if model.startswith("ours") else {"lw": 1.2, "marker": "s", "ls": "--"}
-            ns = [n for n, _ in pts]
-            axes[0, col].plot(ns, [r["median_s"] for _, r in pts], label=model, **style)
-            axes[1, col].plot(ns, [r["peak_mb"] for _, r in pts], label=model, **style)
-        axes[0, col].set_title(f"{mode}, batch {batch}")
-        axes[0, col].set_ylabel("seconds (median)")
-        axes[1, col].set_ylabel("peak MB above the start")
-        axes[1, col].set_xlabel("tokens n")
-        for ax in axes[:, col]:
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.grid(True, which="both", alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"Whole models, {report['size']} size, {report['dtype']} on {report.get('device', 'cpu')} "
-                 f"({report['machine']['cpu']}, {report['machine']['threads']} threads)", fontsize=10)  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(png, dpi=100)
-    plt.close(fig)
-    return png
-
 
 def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
     """Per row of ours: speed and memory against the fastest of :data:`OTHERS` and against our exact
@@ -216,31 +181,3 @@ def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
         if r["model"].startswith("ours-nystrom"):
             floor = floor_flops(size, n=r["n"], batch=r["batch"], mode=r["mode"]) / (rates[r["n"]] * 1e9)
             r["floor_s"], r["x_floor"] = floor, r["median_s"] / floor
-
-
-def render(report: dict) -> str:
-    """Markdown: one table per mode, rows (n, b, model) with time, tokens/s, peak and our ratios."""
-    out = [f"Whole models, {report['size']} size, {report['dtype']} on {report.get('device', 'cpu')}, random weights; median of {report['rounds']} "
-           f"interleaved rounds × {report['repeats']} calls, each case in a fresh process. "
-           f"Machine: {report['machine']['cpu']}, {report['machine']['threads']} threads, torch "
-           f"{report['machine']['torch']}, transformers {report['machine']['transformers']}.\n"]  # fmt: skip
-    for mode in MODES:
-        rows = [r for r in report["rows"] if r["mode"] == mode]
-        if not rows:
-            continue
-        out += [f"\n**{mode}**\n", "| n | b | model | s | tokens/s | peak MB | vs fastest HF | vs ours exact | ÷ floor |",
-                "|---:|---:|---|---:|---:|---:|---|---|---:|"]  # fmt: skip
-        for r in sorted(rows, key=lambda r: (r["n"], r["batch"], MODELS.index(r["model"]))):
-            if "error" in r:
-                out.append(f"| {r['n']} | {r['batch']} | {r['model']} | — | — | — | {r['error']} | | |")
-                continue
-            vs = r.get("vs_fastest_other")
-            ex = r.get("vs_ours_exact")
-            out.append(
-                f"| {r['n']} | {r['batch']} | {r['model']} | {r['median_s']:.2f} (±{100 * (r['spread'] - 1):.0f} %) | "
-                f"{r['tokens_per_s']:,.0f} | {r['peak_mb']:.0f} | "
-                + (f"{vs['speedup']:.2f}× faster, {vs['memory']:.2f}× memory ({vs['model']})" if vs else "")
-                + " | " + (f"{ex['speedup']:.2f}×, {ex['memory']:.2f}× memory" if ex else "")
-                + " | " + (f"{r['x_floor']:.2f}" if "x_floor" in r else "") + " |"
-            )  # fmt: skip
-    return "\n".join(out) + "\n"

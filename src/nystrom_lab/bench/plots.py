@@ -6,12 +6,15 @@ Legend: n tokens, m landmarks (or the method's budget: projection length, window
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import torch
+
+if TYPE_CHECKING:
+    import torch  # only Figure 3 takes tensors: the row plots re-draw from data files without torch
 
 
 def plot_table1(rows: list[dict], path: Path, *, title: str) -> None:
@@ -68,6 +71,8 @@ def plot_approx(rows: list[dict], path: Path, *, families: list[tuple[str, int]]
 def plot_attention_maps(exact: torch.Tensor, approx: torch.Tensor, path: Path, *, title: str) -> None:
     """The paper's Figure 3: exact softmax matrix (n, n) next to its Nyström approximation F·A⁺·B (n, n)
     and their absolute difference; one colour scale (0 to the exact matrix's 99.5th percentile)."""
+    import torch
+
     ex, ap = exact.detach().float().cpu(), approx.detach().float().cpu()
     if ex.dim() != 2 or ex.shape[0] != ex.shape[1] or ex.shape != ap.shape:
         raise ValueError(f"exact and approx must both be (n, n), got {tuple(ex.shape)} and {tuple(ap.shape)}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -44,15 +45,12 @@ from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the test
     check_device,
     child_main,
 )
+from nystrom_lab.bench.table1_report import PAPER_NOTE, render, report, setting  # noqa: F401 (re-exported)
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (512, 2048, 4096)
 CASE_TIMEOUT_S = 1800
 _TARGET = "nystrom_lab.bench.table1_case:measure"
-PAPER_NOTE = (
-    "Paper (1080Ti GPU, forward): Nyströmformer-64 vs Transformer 11.5× memory / 5.6× time at n=4096 and "
-    "22.8× / 12.7× at n=8192; vs Longformer-257 at n=8192 1.2× memory, 3× time."
-)
 
 
 def _available_mb(device: str) -> float:
@@ -159,33 +157,17 @@ def run(
                 row["error"] = f"timed out after {CASE_TIMEOUT_S} s"
             if row.get("ms", 0.0) > 1e3 * max_call_s:
                 too_slow.add(method)
-    forked = "" if fresh_process else " forked from one worker that imported torch once"
     mode = "fwdbwd" if backward else "fwd"
     info = machine_info()
-    setting = (
-        f"b={batch}, h={heads}, d={dim_head} (e={heads * dim_head}), {dtype}, {device}, "
-        f"{'forward + backward of out.sum()' if backward else 'forward under no_grad'}, conv skip off, "
-        f"{repeats} timed calls (median), each case in a fresh process{forked}; "
-        f"{time.perf_counter() - start:.0f} s in all; 1-min load average {load_start:.2f} at the start, "
-        f"{os.getloadavg()[0]:.2f} at the end (timings are only meaningful on an otherwise idle machine)."
-    )
-    table = render(rows)
-    body = "\n".join(
-        [
-            f"Command: `{command}`",
-            "",
-            f"Setting: {setting}",
-            f"Machine: {info['cpu']}, {threads or info['threads']} threads, {info['platform']}; torch {info['torch']}, "
-            f"Python {info['python']}.",
-            "Cells: memory MB (Transformer / method) and time ms (Transformer / method); "
-            "memory = peak above the level before the call (input and weights excluded).",
-            PAPER_NOTE,
-            "",
-            table,
-            "",
-            f"![time and memory vs n](table1_{mode}.png) — data: `table1_{mode}.csv`.",
-        ]
-    )
+    info["threads"] = str(threads or info["threads"])
+    # the run record: with the CSV's rows, all that `nystrom docs render` needs to rebuild the report
+    record = {
+        "command": command, "batch": batch, "heads": heads, "dim_head": dim_head, "dtype": dtype,
+        "device": device, "backward": backward, "repeats": repeats, "fresh_process": fresh_process,
+        "seconds": time.perf_counter() - start, "load_start": load_start, "load_end": os.getloadavg()[0],
+        "info": info,
+    }  # fmt: skip
+    body = report(rows, record)
     print(body)
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / f"table1_{mode}.csv", "w", newline="") as f:
@@ -194,50 +176,14 @@ def run(
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k, "") for k in fields})
+    (out_dir / f"table1_{mode}.json").write_text(json.dumps(record, indent=1) + "\n")
     (out_dir / f"table1_{mode}.md").write_text(body + "\n")
     from nystrom_lab.bench.plots import plot_table1
 
-    plot_table1(rows, out_dir / f"table1_{mode}.png", title=setting.split(", each case")[0])
+    plot_table1(rows, out_dir / f"table1_{mode}.png", title=setting(record).split(", each case")[0])
     if markdown is not None:
         replace_section(markdown, "table1" if not backward else "table1-fwdbwd", body)
     return rows
-
-
-def _num(x: float) -> str:
-    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
-
-
-def _ratio(ref: float | None, val: float) -> str:
-    if ref is None or val <= 0:
-        return ""
-    r = ref / val
-    return f" ({r:.1f}×)" if r >= 0.95 else f" ({r:.2f}×)"
-
-
-def render(rows: list[dict]) -> str:
-    """The paper's layout: one row per method, per n a memory (MB) and a time (ms) cell, each with its
-    ratio to the Transformer at that n, e.g. ``450 (22.8×)``; ``skip``/``error`` cells are footnoted."""
-    lengths = sorted({r["n"] for r in rows})
-    methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
-    get = {(r["method"], r["n"]): r for r in rows}
-    head = ["self-attention"] + [f"{n} {unit}" for n in lengths for unit in ("MB", "ms")]
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    notes: list[str] = []
-    for m in methods:
-        cells = [METHODS[m][0]]
-        for n in lengths:
-            r, ref = get.get((m, n), {}), get.get(("transformer", n), {})
-            if "ms" not in r:
-                why = r.get("skipped") or r.get("error") or "not run"
-                notes.append(f"{METHODS[m][0]} at n={n}: {why}")
-                cells += ["skip" if "skipped" in r else "error"] * 2
-                continue
-            cells.append(_num(r["peak_mb"]) + _ratio(ref.get("peak_mb"), r["peak_mb"]))
-            cells.append(_num(r["ms"]) + _ratio(ref.get("ms"), r["ms"]))
-        lines.append("| " + " | ".join(cells) + " |")
-    if notes:
-        lines += ["", *(f"- {t}" for t in notes)]
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

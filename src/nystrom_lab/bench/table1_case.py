@@ -21,18 +21,8 @@ import torch
 
 from nystrom.attention import REGISTRY, AttentionBase
 from nystrom_lab.bench.common import median_time_ms, peak_memory_mb
+from nystrom_lab.bench.table1_report import METHODS
 
-#: key -> (label as in the paper, registry name or "transformer", constructor options)
-METHODS: dict[str, tuple[str, str, dict]] = {
-    "transformer": ("Transformer", "transformer", {}),
-    "sdpa": ("SDPA (fused exact)", "softmax", {}),
-    "linformer-256": ("Linformer-256", "linformer", {"proj_len": 256}),
-    "longformer-257": ("Longformer-257", "longformer", {"window_size": 257}),
-    "nystrom-64": ("Nyströmformer-64", "nystrom", {"num_landmarks": 64, "conv_kernel_size": None}),
-    "nystrom-32": ("Nyströmformer-32", "nystrom", {"num_landmarks": 32, "conv_kernel_size": None}),
-    "performer-256": ("Performer-256", "performer", {"num_features": 256}),
-    "reformer-2": ("Reformer-2", "reformer", {"n_hashes": 2, "bucket_size": 64}),
-}
 EXACT = ("transformer", "sdpa")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 

@@ -38,17 +38,9 @@ from nystrom_lab.bench.common import (
     run_child,
 )
 from nystrom_lab.bench.listops_step import listops_step
-from nystrom_lab.bench.training_report import render
+from nystrom_lab.bench.training_report import QUICK, REGIMES, report
 
 IMPLS = ("nystrom", "nystrom-recompute", "hf", "lucidrains", "sdpa")
-REGIMES = {
-    "paper": dict(h=8, d=64, m=64, conv=None, dropout=0.0, lengths=(4096, 16384, 65536)),
-    "transmil": dict(h=8, d=64, m=256, conv=33, dropout=0.1, lengths=(6000, 20000)),
-}
-QUICK = {
-    "paper": dict(h=2, d=16, m=8, conv=None, dropout=0.0, lengths=(64,)),
-    "transmil": dict(h=2, d=16, m=16, conv=5, dropout=0.1, lengths=(96,)),
-}
 MAX_SDPA_N = 16384  # exact attention is O(n²): 64k tokens take minutes per call
 GEMM = 2048
 
@@ -264,16 +256,16 @@ def run(
     info["allocator"] = allocator_info(env)
     if quick:
         info["note"] = "; --quick: toy sizes, one process"
-    report = render(rows, floors, steps, info, regimes=QUICK if quick else REGIMES, suffix=suffix)
-    print(report)
+    data = {"info": info, "rows": rows, "floors": floors, "listops": steps, "regimes": QUICK if quick else REGIMES}
+    text = report(data, suffix=suffix)
+    print(text)
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = {"info": info, "rows": rows, "floors": floors, "listops": steps}
     (out_dir / f"bench_training{suffix}.json").write_text(json.dumps(data, indent=1))
     plot_rows = [{**r, "label": f"{r['impl']} ({r['regime']})"} for r in rows if "ms" in r and "peak_mb" in r]
     title = f"one attention layer, forward + backward ({info['cpu']}, malloc {malloc})"
     plot_table1(plot_rows, out_dir / f"training{suffix}.png", title=title)
     if markdown is not None:
-        replace_section(markdown, f"bench-training{suffix.replace('_', '-')}", report)
+        replace_section(markdown, f"bench-training{suffix.replace('_', '-')}", text)
     return data
 
 

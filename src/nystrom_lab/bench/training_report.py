@@ -1,8 +1,31 @@
-"""Markdown report of ``nystrom bench training`` (see :mod:`nystrom_lab.bench.training`)."""
+"""Markdown report of ``nystrom bench training`` (see :mod:`nystrom_lab.bench.training`).
+
+Legend: e model width, h heads, d head dim, m landmarks, n tokens.
+
+Torch-free on purpose: ``nystrom docs render`` rebuilds the report from the committed
+``bench_training*.json`` with this same writer.
+"""
 
 from __future__ import annotations
 
 ANCHORS = ("hf", "lucidrains")
+#: the two regimes' layer sizes (the training benchmark's cases; kept here so the report needs no torch)
+REGIMES = {
+    "paper": dict(h=8, d=64, m=64, conv=None, dropout=0.0, lengths=(4096, 16384, 65536)),
+    "transmil": dict(h=8, d=64, m=256, conv=33, dropout=0.1, lengths=(6000, 20000)),
+}
+QUICK = {
+    "paper": dict(h=2, d=16, m=8, conv=None, dropout=0.0, lengths=(64,)),
+    "transmil": dict(h=2, d=16, m=16, conv=5, dropout=0.1, lengths=(96,)),
+}
+
+
+def report(data: dict, *, suffix: str = "") -> str:
+    """The report of one run's ``bench_training{suffix}.json``. Runs written before the file recorded its
+    regimes ran the full-size ones (a ``--quick`` run says so in its note)."""
+    quick = "--quick" in data["info"].get("note", "")
+    regimes = data.get("regimes") or (QUICK if quick else REGIMES)
+    return render(data["rows"], data["floors"], data["listops"], data["info"], regimes=regimes, suffix=suffix)
 
 
 def _f(x: float | None, fmt: str = "") -> str:

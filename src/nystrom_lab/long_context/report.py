@@ -188,7 +188,8 @@ def plot(report: dict, png: Path) -> Path:
     ax1.set(xlabel="step", ylabel="dev MLM accuracy (%)", title="continued MLM from MiniLM, Brown corpus")
     ax1.grid(alpha=0.3)
     ax1.legend()
-    buckets = list(next(iter(variants.values()))["mlm_acc_by_bucket"]) if variants else []
+    # by position: results.json is written with sorted keys, which would put "[1024, 2048)" before "[512, 1024)"
+    buckets = sorted(next(iter(variants.values()))["mlm_acc_by_bucket"], key=lambda b: int(b[1:].split(",")[0])) if variants else []
     width = 0.8 / max(1, len(variants))
     for i, (name, v) in enumerate(variants.items()):
         xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(buckets))]
@@ -212,7 +213,8 @@ def table(report: dict) -> str:
     variants = {k: v for k, v in report["variants"].items() if v}
     if not variants:
         return "no variant has been evaluated yet\n"
-    buckets = list(next(iter(variants.values()))["mlm_acc_by_bucket"])
+    # by position: results.json is written with sorted keys, which would put "[1024, 2048)" before "[512, 1024)"
+    buckets = sorted(next(iter(variants.values()))["mlm_acc_by_bucket"], key=lambda b: int(b[1:].split(",")[0]))
     head = [
         "variant",
         "steps",

@@ -48,7 +48,28 @@ def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
     dev = [r for r in read_metrics(path) if r["split"] == "dev"]
     if not dev:
         raise ValueError(f"{path} holds no dev evaluation yet")
+    return curves_of(dev)
+
+
+def curves_of(dev: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """``{metric: [(step, value), ...]}`` of a log's dev records."""
     return {m: [(r["step"], r[m]) for r in dev if m in r] for m in METRICS}
+
+
+def curves_table(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> str:
+    """Markdown ``step | <run> MLM acc | <run> SOP acc | ...``: every run's dev values at every step any
+    run was evaluated at (blank where a run has none)."""
+    steps = sorted({s for c in curves.values() for s, _ in c["mlm_accuracy"]})
+    head = "| step | " + " | ".join(f"{lab} MLM acc | {lab} SOP acc" for lab in curves) + " |"
+    rows = [head, "|---:|" + "---:|" * (2 * len(curves))]
+    for s in steps:
+        cells = []
+        for c in curves.values():
+            for metric in METRICS:
+                val = dict(c[metric]).get(s)
+                cells.append("" if val is None else f"{val:.4f}")
+        rows.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
 
 
 def plot_runs(
@@ -77,17 +98,7 @@ def plot_runs(
     Path(png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
     plt.close(fig)
-    steps = sorted({s for c in curves.values() for s, _ in c["mlm_accuracy"]})
-    head = "| step | " + " | ".join(f"{lab} MLM acc | {lab} SOP acc" for lab in curves) + " |"
-    rows = [head, "|---:|" + "---:|" * (2 * len(curves))]
-    for s in steps:
-        cells = []
-        for c in curves.values():
-            for metric in METRICS:
-                val = dict(c[metric]).get(s)
-                cells.append("" if val is None else f"{val:.4f}")
-        rows.append(f"| {s} | " + " | ".join(cells) + " |")
-    text = "\n".join(rows) + "\n"
+    text = curves_table(curves)
     if table is not None:
         Path(table).write_text(text)
     return text
@@ -236,15 +247,22 @@ def summarize(run: PretrainRun) -> dict:
     out["wall_time_s"] = round(wall_time(train_recs), 3)
     step_s = median_step_time(train_recs)
     out["median_step_s"] = None if step_s is None else round(step_s, 3)
-    if dev:
-        best = max(dev, key=lambda r: (r["mlm_accuracy"], -r["step"]))
-        out.update(
-            final_mlm_accuracy=dev[-1]["mlm_accuracy"], final_sop_accuracy=dev[-1]["sop_accuracy"],
-            best_mlm_accuracy=best["mlm_accuracy"], best_step=best["step"],
-            sop_accuracy_at_best=best["sop_accuracy"], best_sop_accuracy=max(r["sop_accuracy"] for r in dev),
-            final_dev_step=dev[-1]["step"],
-        )  # fmt: skip
+    out.update(dev_summary(dev))
     return out
+
+
+def dev_summary(dev: list[dict]) -> dict:
+    """The final and best dev MLM accuracy (the earliest step on a tie) and the SOP accuracies, as
+    ``results.json`` reports them; empty before the first evaluation."""
+    if not dev:
+        return {}
+    best = max(dev, key=lambda r: (r["mlm_accuracy"], -r["step"]))
+    return dict(
+        final_mlm_accuracy=dev[-1]["mlm_accuracy"], final_sop_accuracy=dev[-1]["sop_accuracy"],
+        best_mlm_accuracy=best["mlm_accuracy"], best_step=best["step"],
+        sop_accuracy_at_best=best["sop_accuracy"], best_sop_accuracy=max(r["sop_accuracy"] for r in dev),
+        final_dev_step=dev[-1]["step"],
+    )  # fmt: skip
 
 
 def write_report(cr: Figure5Run) -> dict:

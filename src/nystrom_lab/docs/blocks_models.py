@@ -1,0 +1,143 @@
+"""Blocks made by ``nystrom bench models`` (whole encoders) and by the GPU runs: the comparison tables of
+docs/benchmarks.md, each run's own report (``docs/**/bench_models.md``) and the GPU attention tables.
+
+Legend: n tokens, b batch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from nystrom_lab.bench.models import MODELS
+from nystrom_lab.bench.models_report import cases, compare_table, render
+from nystrom_lab.bench.table1_report import num
+from nystrom_lab.docs.block import Block
+from nystrom_lab.docs.data import read_csv, read_json
+
+DOC = "docs/benchmarks.md"
+RUNS = ("bench_models", "bench_b4/bench_models", "bench_base/bench_models", "bench_bf16/bench_models",
+        "bench_inference/bench_models", "bench_inference4096/bench_models")  # fmt: skip
+
+
+def report(path: Path) -> str:
+    """A run's own report (the file ``nystrom bench models`` writes beside its JSON)."""
+    return render(read_json(path))
+
+
+def inference(session12: Path, idle4096: Path) -> str:
+    """Session 12's inference run, with the idle 5-round run at 4096 as a row of its own."""
+    run, idle = read_json(session12), read_json(idle4096)
+    lines = []
+    for n in sorted({r["n"] for r in run["rows"] if r["mode"] == "inference"}):
+        lines.append(([str(n)], cases(run, "inference", n)))
+        if n == 4096:
+            lines.append((["4096, idle, 5 rounds"], cases(idle, "inference", n)))
+    return compare_table(["inference: s (peak MB)"], lines, models=MODELS)
+
+
+def training(path: Path) -> str:
+    run = read_json(path)
+    ns = sorted({r["n"] for r in run["rows"] if r["mode"] == "train"})
+    return compare_table(
+        ["training step: s (peak MB)"], [([str(n)], cases(run, "train", n)) for n in ns], models=MODELS
+    )
+
+
+def one_length(title: str, batch: int) -> Callable[[Path], str]:
+    """Inference and a training step at 4096 tokens of one run (batch 4, BERT-base size)."""
+
+    def table(path: Path) -> str:
+        run = read_json(path)
+        lines = [
+            ([label], cases(run, mode, 4096, batch))
+            for label, mode in (("inference", "inference"), ("training step", "train"))
+        ]
+        return compare_table([title], lines, models=MODELS)
+
+    return table
+
+
+def bf16(inference_run: Path, train_run: Path) -> str:
+    """bf16 autocast: session 12's inference run and session 11's training step at 4096."""
+    inf, train = read_json(inference_run), read_json(train_run)
+    ns = sorted({r["n"] for r in inf["rows"]})
+    first = compare_table(
+        ["bf16 inference: s (peak MB)"], [([str(n)], cases(inf, "inference", n)) for n in ns], models=MODELS
+    )
+    second = compare_table(
+        ["bf16 training step: s (peak MB)"], [(["4096"], cases(train, "train", 4096))], models=MODELS
+    )
+    return f"{first}\n\n{second}"
+
+
+GPU_LABELS = {
+    "ours-nystrom": "ours Nyström-64",
+    "ours-softmax": "ours exact (SDPA)",
+    "hf-bert": "HF BERT (SDPA)",
+}
+
+
+def gpu_models(path: Path) -> str:
+    run = read_json(path)
+    models = tuple(m for m in MODELS if any(r["model"] == m for r in run["rows"]))
+    lines = [([label, str(n)], cases(run, mode, n)) for mode, label in (("inference", "inference"), ("train", "train step"))
+             for n in sorted({r["n"] for r in run["rows"] if r["mode"] == mode})]  # fmt: skip
+    return compare_table(["ms (peak MB)", "n"], lines, models=models, ms=True, labels=GPU_LABELS)
+
+
+def _by(rows: list[dict], method: str) -> dict[int, dict]:
+    return {r["n"]: r for r in rows if r["method"] == method}
+
+
+def _skipped(row: dict) -> str:
+    """A case not run for its memory, as the size it would need: ``(128 GB)``."""
+    need = re.search(r"~([\d.]+) GB", row.get("skipped", ""))
+    return f"({float(need.group(1)):g} GB)" if need else "—"
+
+
+def _gpu_attention_table(title: str, rows: list[dict]) -> list[str]:
+    sdpa, nys, full = _by(rows, "sdpa"), _by(rows, "nystrom-64"), _by(rows, "transformer")
+    ns = sorted(sdpa)
+    speed = [sdpa[n]["ms"] / nys[n]["ms"] for n in ns]
+    out = [f"| {title} | " + " | ".join(f"n = {n}" if i == 0 else str(n) for i, n in enumerate(ns)) + " |",
+           "|---|" + "---:|" * len(ns),
+           "| SDPA (exact, fused) ms | " + " | ".join(num(sdpa[n]["ms"]) for n in ns) + " |",
+           "| Nyström-64 ms | " + " | ".join(num(nys[n]["ms"]) for n in ns) + " |",
+           "| Nyström ÷ SDPA speed-up | " + " | ".join(f"**{s:.1f}×**" if s > 1 else f"{s:.2f}×" for s in speed) + " |",
+           "| SDPA / Nyström peak MB | " + " | ".join(f"{sdpa[n]['peak_mb']:.0f} / {nys[n]['peak_mb']:.0f}" for n in ns) + " |",
+           "| materialised softmax ms / MB | " + " | ".join(
+               f"{num(full[n]['ms'])} / {full[n]['peak_mb']:.0f}" if "ms" in full.get(n, {}) else _skipped(full.get(n, {}))
+               for n in ns) + " |"]  # fmt: skip
+    return out
+
+
+def gpu_attention(bf16_fwd: Path, bf16_fwdbwd: Path, fp16_fwd: Path, fp32_fwd: Path) -> str:
+    """Table 1's modules on the GPU: bf16 forward and forward + backward, the forward in fp16 and fp32."""
+    out = [*_gpu_attention_table("bf16, forward", read_csv(bf16_fwd)), ""]
+    out += [*_gpu_attention_table("bf16, forward + backward", read_csv(bf16_fwdbwd)), ""]
+    others = {"fp16": read_csv(fp16_fwd), "fp32": read_csv(fp32_fwd)}
+    ns = sorted(_by(others["fp16"], "sdpa"))
+    out += ["| forward, other precisions | " + " | ".join(f"n = {n}" if i == 0 else str(n) for i, n in enumerate(ns)) + " |",
+            "|---|" + "---:|" * len(ns)]  # fmt: skip
+    for name, rows in others.items():
+        sdpa, nys = _by(rows, "sdpa"), _by(rows, "nystrom-64")
+        out.append(
+            f"| {name}: SDPA / Nyström ms | "
+            + " | ".join(f"{num(sdpa[n]['ms'])} / {num(nys[n]['ms'])}" for n in ns)
+            + " |"
+        )
+    return "\n".join(out)
+
+
+BLOCKS = [
+    *(Block(f"docs/{run}.md", "bench-models", (f"docs/{run}.json",), report) for run in RUNS),
+    Block(DOC, "bench-models-inference", ("docs/bench_inference/bench_models.json", "docs/bench_inference4096/bench_models.json"), inference),
+    Block(DOC, "bench-models-training", ("docs/bench_models.json",), training),
+    Block(DOC, "bench-models-b4", ("docs/bench_b4/bench_models.json",), one_length("b = 4, n = 4096: s (peak MB)", 4)),
+    Block(DOC, "bench-models-base", ("docs/bench_base/bench_models.json",), one_length("base, n = 4096: s (peak MB)", 1)),
+    Block(DOC, "bench-models-bf16", ("docs/bench_bf16/bench_models.json", "docs/bench_models_bf16_train4096.json"), bf16),
+    Block(DOC, "gpu-attention", tuple(f"docs/gpu/table1_{t}.csv" for t in ("bfloat16_fwd", "bfloat16_fwdbwd", "float16_fwd", "float32_fwd")), gpu_attention),
+    Block(DOC, "gpu-models", ("docs/gpu/bench_models_gpu.json",), gpu_models),
+]  # fmt: skip

@@ -1,0 +1,17 @@
+"""Every rendered block of the docs: which doc, which marker name, which committed data files, which render.
+
+One list, so ``nystrom docs render`` and ``nystrom docs check`` (and the test that runs the check) see the
+same blocks, and a reader can look up what any measured table rests on.
+"""
+
+from __future__ import annotations
+
+from nystrom_lab.docs import blocks_bench, blocks_models, blocks_results, blocks_text
+from nystrom_lab.docs.block import Block
+
+BLOCKS: list[Block] = [
+    *blocks_bench.BLOCKS,
+    *blocks_models.BLOCKS,
+    *blocks_results.BLOCKS,
+    *blocks_text.BLOCKS,
+]
