@@ -34,7 +34,7 @@ from nystrom_lab.bench.approx_measure import (  # noqa: F401 (re-exported: calle
     shared_qk_attention,
     sweep,
 )
-from nystrom_lab.bench.approx_report import render, report  # noqa: F401 (re-exported)
+from nystrom_lab.bench.approx_report import plot, render, report  # noqa: F401 (re-exported)
 from nystrom_lab.bench.common import replace_section
 
 TEXT_LENGTHS = (256, 512, 1024, 2048)
@@ -63,7 +63,7 @@ def run(
     None: NystromAttention's default landmarks, which the tables also focus on."""
     from tqdm import tqdm
 
-    from nystrom_lab.bench.plots import plot_approx, plot_attention_maps
+    from nystrom_lab.bench.plots import plot_attention_maps
 
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -88,11 +88,7 @@ def run(
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
         w.writerows(rows)
-    plot_approx(
-        rows,
-        out_dir / "approx.png",
-        families=[("minilm", max(text_lengths)), ("lowrank", max(synth_lengths))],
-    )
+    plot(rows, out_dir / "approx.png")
 
     qh, kh = q[:, fig_head : fig_head + 1, :fig_n], k[:, fig_head : fig_head + 1, :fig_n]  # (1, 1, n, d)
     exact = torch.softmax(qh @ kh.mT / math.sqrt(qh.shape[-1]), -1)[0, 0]  # (n, n)

@@ -8,6 +8,8 @@ Torch-free on purpose: ``nystrom docs render`` rebuilds the report from the comm
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def render(rows: list[dict], *, family: str, focus: int) -> str:
     """Two markdown tables for one family: error vs m at the largest n, and error vs n at m = ``focus``."""
@@ -36,6 +38,14 @@ def render(rows: list[dict], *, family: str, focus: int) -> str:
 def focus_param(params: list[int] | tuple[int, ...]) -> int:
     """The budget the error-vs-n tables are shown at: the one nearest the paper's m = 64."""
     return min(params, key=lambda p: abs(p - 64))
+
+
+def plot(rows: list[dict], png: Path) -> None:
+    """Error against the budget at each family's largest n (the run's ``approx.png``)."""
+    from nystrom_lab.bench.plots import plot_approx
+
+    names = dict.fromkeys(r["family"] for r in rows)  # minilm, then lowrank: the order they were measured in
+    plot_approx(rows, png, families=[(fam, max(r["n"] for r in rows if r["family"] == fam)) for fam in names])
 
 
 def report(rows: list[dict], run: dict) -> str:

@@ -2,8 +2,9 @@
 
 Run: ``python -m nystrom_lab.bench.compile`` (a few minutes on 2 cores: each compile takes tens of seconds).
 Module: NystromAttention(512, heads=8, dim_head=64) with its default landmarks and conv, batch 1, float32.
-Eager runs our fused CPU kernels from n = 16384 (SDPA below); compiled code runs the traceable path
-(SDPA for both products, the conv as fused shifted adds). Prints median and min–max of ``REPEATS``
+Eager runs our fused CPU kernels from n = 16384 in inference and from ``kernels.TRAIN_MIN_N`` (131072) with
+autograd, SDPA below; compiled code runs the traceable path (SDPA for both products, the conv as fused
+shifted adds). Prints median and min–max of ``REPEATS``
 timed calls after two warm-up calls, and the compile time (first call); with a path argument also writes
 the rows as JSON there (docs/bench_compile.json is what ``nystrom docs render`` makes the docs table of).
 """

@@ -2,7 +2,9 @@
 
 Run: ``python -m nystrom_lab.bench.lucidrains`` (needs ``nystrom-attention``; about a minute on 2 cores).
 TransMIL's layer (dim 512, 8 heads × 64, m = 256, residual conv 33), batch 1, copied weights, eval mode.
-Prints a Markdown table of cosine similarities (over all outputs) and max relative row errors:
+Prints a Markdown table of cosine similarities (over all outputs) and max relative row errors (with a path
+argument also writes the rows as JSON there: docs/lucidrains_parity.json is what ``nystrom docs render``
+makes docs/lucidrains.md's table of):
 
 - ours vs lucidrains without a mask (what a user switching imports sees), with our default
   ``pinv_init="original"`` and with ``"per_matrix"``;
@@ -19,12 +21,16 @@ attention, where six pinv iterations are far from converged).
 from __future__ import annotations
 
 import inspect
+import json
 import platform
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from nystrom.compat.lucidrains import NystromAttention
+from nystrom_lab.bench.lucidrains_report import render
 
 LENGTHS = (6000, 6144, 10000)
 #: theirs runs as many Newton–Schulz iterations as ours does by default (the one definition)
@@ -55,13 +61,11 @@ def _softmax_reference(mod, x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def main() -> None:
+def main(out: Path | None = None) -> None:
     from nystrom_attention import NystromAttention as Theirs
 
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads {torch.get_num_threads()}")
-    print("| setting | n | n % 256 | ours vs theirs (original Z₀) | ours per-matrix vs theirs | theirs masked vs unmasked "
-          "| ours vs theirs masked | softmax: cos theirs / ours | worst row rel. err ours vs theirs |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for setting, qk_gain in (("random", 1.0), ("trained-like", 3.0), ("peaked", 8.0)):
         gen = torch.Generator().manual_seed(0)
         torch.manual_seed(0)
@@ -70,7 +74,9 @@ def main() -> None:
         theirs.to_qkv.weight[:1024] *= qk_gain  # q and k rows: sharper attention
         ours = NystromAttention(512, dim_head=64, heads=8, num_landmarks=256).eval()
         ours.load_state_dict(theirs.state_dict(), strict=True)
-        per_matrix = NystromAttention(512, dim_head=64, heads=8, num_landmarks=256, pinv_init="per_matrix").eval()
+        per_matrix = NystromAttention(
+            512, dim_head=64, heads=8, num_landmarks=256, pinv_init="per_matrix"
+        ).eval()
         per_matrix.load_state_dict(theirs.state_dict(), strict=True)
         for n in LENGTHS:
             x = _inputs(setting, n, gen)
@@ -78,12 +84,16 @@ def main() -> None:
             t_plain, t_mask = theirs(x), theirs(x, mask=all_real)
             o = ours(x)
             exact = _softmax_reference(theirs, x)
-            print(
-                f"| {setting} | {n} | {n % 256} | {_cos(o, t_plain):.6f} | {_cos(per_matrix(x), t_plain):.6f} "
-                f"| {_cos(t_mask, t_plain):.6f} | {_cos(o, t_mask):.7f} "
-                f"| {_cos(t_plain, exact):.4f} / {_cos(o, exact):.4f} | {_row_err(o, t_plain):.3g} |"
-            )
+            rows.append({"setting": setting, "n": n, "ours_vs_theirs": _cos(o, t_plain),
+                         "per_matrix_vs_theirs": _cos(per_matrix(x), t_plain),
+                         "theirs_masked_vs_unmasked": _cos(t_mask, t_plain), "ours_vs_theirs_masked": _cos(o, t_mask),
+                         "theirs_vs_exact": _cos(t_plain, exact), "ours_vs_exact": _cos(o, exact),
+                         "worst_row_err": _row_err(o, t_plain)})  # fmt: skip
+    print(render(rows))
+    if out is not None:
+        source = f"python -m nystrom_lab.bench.lucidrains, torch {torch.__version__}"
+        out.write_text(json.dumps({"source": source, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

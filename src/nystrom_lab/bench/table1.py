@@ -45,7 +45,7 @@ from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the test
     check_device,
     child_main,
 )
-from nystrom_lab.bench.table1_report import PAPER_NOTE, render, report, setting  # noqa: F401 (re-exported)
+from nystrom_lab.bench.table1_report import PAPER_NOTE, plot, render, report, setting  # noqa: F401 (re-exported)
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (512, 2048, 4096)
@@ -178,9 +178,7 @@ def run(
             w.writerow({k: r.get(k, "") for k in fields})
     (out_dir / f"table1_{mode}.json").write_text(json.dumps(record, indent=1) + "\n")
     (out_dir / f"table1_{mode}.md").write_text(body + "\n")
-    from nystrom_lab.bench.plots import plot_table1
-
-    plot_table1(rows, out_dir / f"table1_{mode}.png", title=setting(record).split(", each case")[0])
+    plot(rows, record, out_dir / f"table1_{mode}.png")
     if markdown is not None:
         replace_section(markdown, "table1" if not backward else "table1-fwdbwd", body)
     return rows

@@ -8,6 +8,8 @@ Torch-free on purpose: ``nystrom docs render`` rebuilds the report from the comm
 
 from __future__ import annotations
 
+from pathlib import Path
+
 #: key -> (label as in the paper, registry name or "transformer", constructor options)
 METHODS: dict[str, tuple[str, str, dict]] = {
     "transformer": ("Transformer", "transformer", {}),
@@ -74,6 +76,13 @@ def setting(run: dict) -> str:
         f"{run['seconds']:.0f} s in all; 1-min load average {run['load_start']:.2f} at the start, "
         f"{run['load_end']:.2f} at the end (timings are only meaningful on an otherwise idle machine)."
     )
+
+
+def plot(rows: list[dict], run: dict, png: Path) -> None:
+    """Time and memory against n, one line per method (the run's ``table1_<mode>.png``)."""
+    from nystrom_lab.bench.plots import plot_table1
+
+    plot_table1(rows, png, title=setting(run).split(", each case")[0])
 
 
 def report(rows: list[dict], run: dict) -> str:

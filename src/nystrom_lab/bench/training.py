@@ -38,7 +38,7 @@ from nystrom_lab.bench.common import (
     run_child,
 )
 from nystrom_lab.bench.listops_step import listops_step
-from nystrom_lab.bench.training_report import QUICK, REGIMES, report
+from nystrom_lab.bench.training_report import QUICK, REGIMES, plot, report
 
 IMPLS = ("nystrom", "nystrom-recompute", "hf", "lucidrains", "sdpa")
 MAX_SDPA_N = 16384  # exact attention is O(n²): 64k tokens take minutes per call
@@ -221,8 +221,6 @@ def run(
     """
     from tqdm import tqdm
 
-    from nystrom_lab.bench.plots import plot_table1
-
     env = malloc_env(malloc)
     if env and quick:
         raise ValueError(f"--malloc {malloc} needs fresh processes; --quick runs in this one")
@@ -261,9 +259,7 @@ def run(
     print(text)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"bench_training{suffix}.json").write_text(json.dumps(data, indent=1))
-    plot_rows = [{**r, "label": f"{r['impl']} ({r['regime']})"} for r in rows if "ms" in r and "peak_mb" in r]
-    title = f"one attention layer, forward + backward ({info['cpu']}, malloc {malloc})"
-    plot_table1(plot_rows, out_dir / f"training{suffix}.png", title=title)
+    plot(data, out_dir / f"training{suffix}.png", malloc=malloc)
     if markdown is not None:
         replace_section(markdown, f"bench-training{suffix.replace('_', '-')}", text)
     return data

@@ -8,6 +8,8 @@ Torch-free on purpose: ``nystrom docs render`` rebuilds the report from the comm
 
 from __future__ import annotations
 
+from pathlib import Path
+
 ANCHORS = ("hf", "lucidrains")
 #: the two regimes' layer sizes (the training benchmark's cases; kept here so the report needs no torch)
 REGIMES = {
@@ -112,6 +114,17 @@ def render(
         f"![forward + backward time and memory vs n](training{suffix}.png) — data: `bench_training{suffix}.json`.",
     ]
     return "\n".join(lines)
+
+
+def plot(data: dict, png: Path, *, malloc: str) -> None:
+    """Time and memory against n of every implementation in each regime (a run's ``training*.png``)."""
+    from nystrom_lab.bench.plots import plot_table1
+
+    rows = [
+        {**r, "label": f"{r['impl']} ({r['regime']})"} for r in data["rows"] if "ms" in r and "peak_mb" in r
+    ]
+    title = f"one attention layer, forward + backward ({data['info']['cpu']}, malloc {malloc})"
+    plot_table1(rows, png, title=title)
 
 
 def _anchor_table(rows: list[dict]) -> list[str]:

@@ -70,6 +70,22 @@ def training_cached(path: Path) -> str:
     return training_report.report(read_json(path), suffix="_cached")
 
 
+def recompute_cost(path: Path) -> str:
+    """``recompute=True`` at 65536 tokens (paper regime): its peak against HF's and lucidrains', in U (one
+    n × 512 fp32 tensor), and its time against the default layer's and HF's."""
+    rows = {(r["regime"], r["n"], r["impl"]): r for r in read_json(path)["rows"]}
+    n = 65536
+    lean, ours, hf, luc = (
+        rows[("paper", n, i)] for i in ("nystrom-recompute", "nystrom", "hf", "lucidrains")
+    )
+    unit_mb = n * 512 * 4 / 2**20
+    return (
+        f"{lean['peak_mb']:.0f} MB ≈ {lean['peak_mb'] / unit_mb:.0f} U at {n} ({lean['peak_mb'] / hf['peak_mb']:.2f}× "
+        f"HF's, {lean['peak_mb'] / luc['peak_mb']:.2f}× lucidrains'), at +6·n·e² FLOPs plus the core's forward again: "
+        f"+{100 * (lean['ms'] / ours['ms'] - 1):.0f} % time at {n}, {hf['ms'] / lean['ms']:.2f}× HF's speed there"
+    )
+
+
 def table1(rows_csv: Path, run_json: Path) -> str:
     return table1_report.report(read_csv(rows_csv), read_json(run_json))
 
@@ -99,13 +115,22 @@ def mkl_onednn(path: Path) -> str:
     return "\n".join(out)
 
 
+def lucidrains_parity(path: Path) -> str:
+    """Our compat layer against lucidrains' on TransMIL's layer (``python -m nystrom_lab.bench.lucidrains``)."""
+    from nystrom_lab.bench.lucidrains_report import render
+
+    return render(read_json(path)["rows"])
+
+
 BLOCKS = [
     Block(DOC, "bench-attention", ATTENTION, attention),
     Block(DOC, "bench-attention-targets", ATTENTION, attention_targets),
     Block(DOC, "bench-training", ("docs/bench_training.json",), training),
+    Block(DOC, "recompute-65536", ("docs/bench_training.json",), recompute_cost, inline=True),
     Block(DOC, "bench-training-cached", ("docs/bench_training_cached.json",), training_cached),
     Block(DOC, "table1", ("docs/table1_fwd.csv", "docs/table1_fwd.json"), table1),
     Block(DOC, "approx", ("docs/approx.csv", "docs/approx.json"), approx),
     Block(DOC, "bench-compile", ("docs/bench_compile.json",), compile_table),
     Block(DOC, "mkl-onednn", ("docs/mkl_onednn.json",), mkl_onednn),
+    Block("docs/lucidrains.md", "lucidrains-parity", ("docs/lucidrains_parity.json",), lucidrains_parity),
 ]
