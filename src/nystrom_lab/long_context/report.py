@@ -14,6 +14,7 @@ Legend: b batch, L training length, e hidden size.
 from __future__ import annotations
 
 import json
+import re
 import resource
 import statistics
 import subprocess
@@ -189,7 +190,7 @@ def plot(report: dict, png: Path) -> Path:
     ax1.grid(alpha=0.3)
     ax1.legend()
     # by position: results.json is written with sorted keys, which would put "[1024, 2048)" before "[512, 1024)"
-    buckets = sorted(next(iter(variants.values()))["mlm_acc_by_bucket"], key=lambda b: int(b[1:].split(",")[0])) if variants else []
+    buckets = sorted(next(iter(variants.values()))["mlm_acc_by_bucket"], key=lambda b: int(re.search(r"\d+", b)[0])) if variants else []
     width = 0.8 / max(1, len(variants))
     for i, (name, v) in enumerate(variants.items()):
         xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(buckets))]
@@ -214,7 +215,7 @@ def table(report: dict) -> str:
     if not variants:
         return "no variant has been evaluated yet\n"
     # by position: results.json is written with sorted keys, which would put "[1024, 2048)" before "[512, 1024)"
-    buckets = sorted(next(iter(variants.values()))["mlm_acc_by_bucket"], key=lambda b: int(b[1:].split(",")[0]))
+    buckets = sorted(next(iter(variants.values()))["mlm_acc_by_bucket"], key=lambda b: int(re.search(r"\d+", b)[0]))
     head = [
         "variant",
         "steps",
