@@ -9,6 +9,7 @@ from __future__ import annotations
 
 
 def render(rows: list[dict]) -> str:
+    """One row per (n, pass): eager and compiled ms with their spread, the ratio and the compile time."""
     out = [
         "| n | pass | eager ms (min–max) | compiled ms (min–max) | eager / compiled | compile s |",
         "|---|---|---|---|---|---|",

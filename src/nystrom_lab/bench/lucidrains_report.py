@@ -18,6 +18,7 @@ def _err(x: float) -> str:
 
 
 def render(rows: list[dict]) -> str:
+    """One row per (setting, n), columns as the module docstring lists them."""
     out = [
         "| setting | n | n mod 256 | ours vs lucidrains | ours `per_matrix` vs lucidrains | lucidrains masked vs "
         "unmasked | ours vs lucidrains masked | cos to exact softmax: lucidrains / ours | worst token rel. err |",

@@ -33,6 +33,7 @@ def num(x: float) -> str:
 
 
 def _ratio(ref: float | None, val: float) -> str:
+    """The Transformer's value over this one, e.g. `` (22.8×)`` (empty without a Transformer case)."""
     if ref is None or val <= 0:
         return ""
     r = ref / val

@@ -21,4 +21,5 @@ class Block:
     inline: bool = False
 
     def body(self, root: Path) -> str:
+        """The block's text, rendered from its data files under ``root``."""
         return self.render(*(root / d for d in self.data))

@@ -17,6 +17,7 @@ ATTENTION = ("docs/bench_attention.csv", "docs/bench_attention.json")
 
 
 def attention(rows_csv: Path, meta_json: Path) -> str:
+    """The core benchmark's tables (``nystrom bench core``)."""
     meta = read_json(meta_json)
     return attention_report.render(read_csv(rows_csv), meta["info"], **meta["settings"])
 
@@ -29,9 +30,8 @@ def attention_targets(rows_csv: Path, meta_json: Path) -> str:
     def ms(impl: str, mode: str, n: int) -> float:
         return get[(impl, mode, n)]["ms"]
 
-    def vs(
-        mode: str, n: int, key: str = "ms"
-    ) -> list[float]:  # our speed-up (memory ratio) vs HF, lucidrains
+    def vs(mode: str, n: int, key: str = "ms") -> list[float]:
+        """Our speed-up (``key`` "ms") or memory ratio ("peak_mb") against HF and lucidrains."""
         ours = get[("nystrom", mode, n)][key]
         return [
             get[(i, mode, n)][key] / ours if key == "ms" else ours / get[(i, mode, n)][key]
@@ -63,10 +63,12 @@ def attention_targets(rows_csv: Path, meta_json: Path) -> str:
 
 
 def training(path: Path) -> str:
+    """The training benchmark under glibc's default allocator."""
     return training_report.report(read_json(path))
 
 
 def training_cached(path: Path) -> str:
+    """The training benchmark with freed memory kept (``--malloc cached``)."""
     return training_report.report(read_json(path), suffix="_cached")
 
 
@@ -87,10 +89,12 @@ def recompute_cost(path: Path) -> str:
 
 
 def table1(rows_csv: Path, run_json: Path) -> str:
+    """The paper's Table 1 on this CPU (``nystrom bench``)."""
     return table1_report.report(read_csv(rows_csv), read_json(run_json))
 
 
 def approx(rows_csv: Path, run_json: Path) -> str:
+    """The approximation study (``nystrom approx``)."""
     return approx_report.report(read_csv(rows_csv), read_json(run_json))
 
 

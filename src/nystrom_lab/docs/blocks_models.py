@@ -38,6 +38,7 @@ def inference(session12: Path, idle4096: Path) -> str:
 
 
 def training(path: Path) -> str:
+    """Session 11's training steps, one row per length."""
     run = read_json(path)
     ns = sorted({r["n"] for r in run["rows"] if r["mode"] == "train"})
     return compare_table(
@@ -80,6 +81,7 @@ GPU_LABELS = {
 
 
 def gpu_models(path: Path) -> str:
+    """Whole models on the H100, inference and a training step, in ms."""
     run = read_json(path)
     models = tuple(m for m in MODELS if any(r["model"] == m for r in run["rows"]))
     lines = [([label, str(n)], cases(run, mode, n)) for mode, label in (("inference", "inference"), ("train", "train step"))
@@ -88,6 +90,7 @@ def gpu_models(path: Path) -> str:
 
 
 def _by(rows: list[dict], method: str) -> dict[int, dict]:
+    """One method's rows by n."""
     return {r["n"]: r for r in rows if r["method"] == method}
 
 
@@ -98,6 +101,7 @@ def _skipped(row: dict) -> str:
 
 
 def _gpu_attention_table(title: str, rows: list[dict]) -> list[str]:
+    """SDPA against Nyström (and the materialised softmax) per n, one precision and pass."""
     sdpa, nys, full = _by(rows, "sdpa"), _by(rows, "nystrom-64"), _by(rows, "transformer")
     ns = sorted(sdpa)
     speed = [sdpa[n]["ms"] / nys[n]["ms"] for n in ns]

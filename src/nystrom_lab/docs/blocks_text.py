@@ -41,6 +41,7 @@ def fig5_curves(*logs: Path) -> str:
 
 
 def _row(label: str, s: dict, steps: str, final: str, note: str) -> str:
+    """A variant's row; ``note`` says whether it gets the allocator footnote."""
     mark = " ¹" if note in CACHED_MALLOC else ""
     return (f"| {label} | {steps} | {final} | {percent(s['best_mlm_accuracy'], 2)} ({s['best_step']}) | "
             f"{percent(s['final_sop_accuracy'])} / {percent(s['best_sop_accuracy'])} | {s['median_step_s']:.2f}{mark} |")  # fmt: skip
@@ -110,6 +111,7 @@ def fidelity(results: Path) -> str:
 
 
 def genres(results: Path) -> str:
+    """The genre fine-tuning runs (the experiment's own table, paired comparisons included)."""
     return genre.render(read_json(results))
 
 

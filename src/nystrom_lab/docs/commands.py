@@ -11,12 +11,14 @@ from pathlib import Path
 
 
 def _root(args: argparse.Namespace) -> Path:
+    """The repository to render: ``--root``, or the one holding the current folder."""
     from nystrom_lab.docs.render import find_root
 
     return find_root(Path.cwd()) if args.root is None else args.root
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    """``nystrom docs render [--plots]``."""
     from nystrom_lab.docs.render import write
 
     root = _root(args)
@@ -31,6 +33,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    """``nystrom docs check``: exit 1 listing what differs from the data."""
     from nystrom_lab.docs.render import problems
 
     found = problems(_root(args))

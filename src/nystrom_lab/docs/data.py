@@ -26,6 +26,7 @@ def read_csv(path: Path) -> list[dict]:
 
 
 def read_json(path: Path) -> dict:
+    """A JSON data file."""
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 

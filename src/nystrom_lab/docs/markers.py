@@ -16,10 +16,12 @@ _MARKER = re.compile(r"<!-- ([a-z0-9][a-z0-9-]*):(start|end) -->")
 
 
 def start_marker(name: str) -> str:
+    """The comment that opens block ``name``."""
     return f"<!-- {name}:start -->"
 
 
 def end_marker(name: str) -> str:
+    """The comment that closes block ``name``."""
     return f"<!-- {name}:end -->"
 
 
