@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from nystrom_lab.cli import main as cli_main
-from nystrom_lab.text.figure5 import Figure5Run, wall_time
+from nystrom_lab.text.curves import wall_time
+from nystrom_lab.text.figure5 import Figure5Run
 
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
 VARIANTS = ["softmax", "nystrom-8,conv_kernel_size=5", "linformer-16", "linear"]
@@ -107,7 +108,7 @@ def test_wall_time_sums_resumed_segments():
 
 
 def test_median_step_time_ignores_pauses_and_resumed_clocks():
-    from nystrom_lab.text.figure5 import median_step_time
+    from nystrom_lab.text.curves import median_step_time
 
     recs = [
         {"step": 10, "time": 2.0}, {"step": 20, "time": 4.0}, {"step": 30, "time": 6.0},

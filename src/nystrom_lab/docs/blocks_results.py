@@ -10,7 +10,7 @@ from pathlib import Path
 
 from nystrom_lab.docs.block import Block
 from nystrom_lab.docs.data import read_json, read_jsonl
-from nystrom_lab.text.figure5 import curves_of, curves_table, median_step_time
+from nystrom_lab.text.curves import curves_of, curves_table, median_step_time
 
 DOC = "docs/results.md"
 STEP = ("docs/bench_training.json", "docs/bench_training_cached.json")

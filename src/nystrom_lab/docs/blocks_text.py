@@ -13,7 +13,7 @@ from nystrom_lab.docs.data import dev_records, percent, read_json, read_jsonl
 from nystrom_lab.long_context import genre
 from nystrom_lab.long_context.experiment import ORDER
 from nystrom_lab.long_context.report import table as long_context_table
-from nystrom_lab.text.figure5 import curves_of, curves_table, dev_summary, median_step_time
+from nystrom_lab.text.curves import curves_of, curves_table, dev_summary, median_step_time
 
 SCRATCH, NOCONV, WARMUP = (
     "experiments/fig5-scratch",

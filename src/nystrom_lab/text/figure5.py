@@ -8,21 +8,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nystrom_lab import attention_spec
 from nystrom_lab.data.names import DUPE_FACTOR
+from nystrom_lab.text.curves import (
+    METRICS,
+    curves_table,
+    dev_curves,
+    dev_summary,
+    median_step_time,
+    wall_time,
+)
 from nystrom_lab.text.presets import FIG5_VARIANTS
 
 if TYPE_CHECKING:
     from nystrom_lab.text.pretrain_run import PretrainRun
 # the training stack (torch, transformers) is imported where it is used: the CLI builds its parser from
 # this module's defaults before anything heavy is loaded
-
-METRICS = ("mlm_accuracy", "sop_accuracy")
 
 
 def _label(run: Path) -> str:
@@ -36,40 +41,6 @@ def _label(run: Path) -> str:
     attn = record.get("model_config", {}).get("attention", {})
     no_conv = attn.get("name") == "nystrom" and "conv_kernel_size" in attn and not attn["conv_kernel_size"]
     return spec + (" no conv" if no_conv and "conv_kernel_size" not in spec else "")
-
-
-def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
-    """``{metric: [(step, value), ...]}`` of the dev evaluations in ``run/metrics.jsonl``."""
-    path = Path(run) / "metrics.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: is {run} a `nystrom pretrain` output folder?")
-    from nystrom_lab.training.logging import read_metrics
-
-    dev = [r for r in read_metrics(path) if r["split"] == "dev"]
-    if not dev:
-        raise ValueError(f"{path} holds no dev evaluation yet")
-    return curves_of(dev)
-
-
-def curves_of(dev: list[dict]) -> dict[str, list[tuple[int, float]]]:
-    """``{metric: [(step, value), ...]}`` of a log's dev records."""
-    return {m: [(r["step"], r[m]) for r in dev if m in r] for m in METRICS}
-
-
-def curves_table(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> str:
-    """Markdown ``step | <run> MLM acc | <run> SOP acc | ...``: every run's dev values at every step any
-    run was evaluated at (blank where a run has none)."""
-    steps = sorted({s for c in curves.values() for s, _ in c["mlm_accuracy"]})
-    head = "| step | " + " | ".join(f"{lab} MLM acc | {lab} SOP acc" for lab in curves) + " |"
-    rows = [head, "|---:|" + "---:|" * (2 * len(curves))]
-    for s in steps:
-        cells = []
-        for c in curves.values():
-            for metric in METRICS:
-                val = dict(c[metric]).get(s)
-                cells.append("" if val is None else f"{val:.4f}")
-        rows.append(f"| {s} | " + " | ".join(cells) + " |")
-    return "\n".join(rows) + "\n"
 
 
 def plot_runs(
@@ -209,29 +180,6 @@ def _finished(run: PretrainRun) -> bool:
     return res.is_file() and json.loads(res.read_text()).get("step") == run.train_config().steps
 
 
-def wall_time(train_records: list[dict]) -> float:
-    """Seconds of training + evaluation over all (resumed) segments of a run: the loop's ``time`` restarts
-    at 0 in each process, so sum each segment's last value."""
-    total, prev = 0.0, 0.0
-    for r in train_records:
-        t = float(r.get("time", 0.0))
-        if t < prev:
-            total += prev
-        prev = t
-    return total + prev
-
-
-def median_step_time(train_records: list[dict]) -> float | None:
-    """Median seconds per optimiser step between consecutive train logs of one segment: unlike the wall
-    time, robust to pauses (a suspended run, evaluations, a machine shared for a while)."""
-    rates = [
-        (b["time"] - a["time"]) / (b["step"] - a["step"])
-        for a, b in zip(train_records, train_records[1:])
-        if b["step"] > a["step"] and b["time"] > a["time"]  # a resumed segment restarts its clock
-    ]
-    return statistics.median(rates) if rates else None
-
-
 def summarize(run: PretrainRun) -> dict:
     """What ``results.json`` reports of one variant (from its metrics.jsonl; partial runs included)."""
     cfg = run.train_config()
@@ -249,20 +197,6 @@ def summarize(run: PretrainRun) -> dict:
     out["median_step_s"] = None if step_s is None else round(step_s, 3)
     out.update(dev_summary(dev))
     return out
-
-
-def dev_summary(dev: list[dict]) -> dict:
-    """The final and best dev MLM accuracy (the earliest step on a tie) and the SOP accuracies, as
-    ``results.json`` reports them; empty before the first evaluation."""
-    if not dev:
-        return {}
-    best = max(dev, key=lambda r: (r["mlm_accuracy"], -r["step"]))
-    return dict(
-        final_mlm_accuracy=dev[-1]["mlm_accuracy"], final_sop_accuracy=dev[-1]["sop_accuracy"],
-        best_mlm_accuracy=best["mlm_accuracy"], best_step=best["step"],
-        sop_accuracy_at_best=best["sop_accuracy"], best_sop_accuracy=max(r["sop_accuracy"] for r in dev),
-        final_dev_step=dev[-1]["step"],
-    )  # fmt: skip
 
 
 def write_report(cr: Figure5Run) -> dict:
