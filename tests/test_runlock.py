@@ -202,7 +202,8 @@ def test_the_run_record_of_a_model_with_a_config_holds_it(tmp_path):
     task = lra_task(run, tmp_path)
     train(task, train_config(run), tmp_path, progress=False)
     rec = json.loads((tmp_path / RECORD_NAME).read_text())
-    assert rec["model_config"]["attention"]["num_landmarks"] == 64
+    assert rec["model_config"]["attention"] == {"name": "nystrom", "conv_kernel_size": 35}  # LRA's preset
+    assert task.model.config.attention == rec["model_config"]["attention"]
     assert rec["model_class"].endswith("NystromformerForSequenceClassification")
 
 

@@ -1,5 +1,6 @@
 """``nystrom docs render --plots``: redraw the docs' figures that are drawn from data files, with the
-benchmarks' own plot functions, so a figure cannot show another run than the table beside it.
+benchmarks' own plot functions, so a figure cannot show another run than the table beside it (and the
+README's opening figure, :mod:`nystrom_lab.docs.wins`).
 
 Not redrawn: figures computed from tensors (``approx_attention_maps.png``: Figure 3 needs the MiniLM run)
 and the training curves of experiments/ (each run draws its own).
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nystrom_lab.bench import approx_report, models_report, table1_report, training_report
+from nystrom_lab.docs import wins
 from nystrom_lab.docs.data import read_csv, read_json
 
 
@@ -41,4 +43,4 @@ def draw(root: Path) -> list[Path]:
     )
     approx_report.plot(read_csv(docs / "approx.csv"), docs / "approx.png")
     drawn = [docs / p for p in ("training.png", "training_cached.png", "table1_fwd.png", "approx.png")]
-    return [*drawn, whole_models(root)]
+    return [*drawn, whole_models(root), wins.draw(root)]
