@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -89,15 +88,10 @@ def main() -> None:
     if args.child:
         json.dump(_child(args.length, args.rounds), sys.stdout)
         return
-    import torch
+    from nystrom_lab.bench.common import machine_info
 
     results = {
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cpu_model": _cpu_model(),
-            "threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        },
+        "machine": machine_info(),
         "length": args.length,
         "rounds": args.rounds,
         "runs": {},
@@ -112,16 +106,6 @@ def main() -> None:
         print(name, json.dumps(results["runs"][name]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":

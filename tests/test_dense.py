@@ -8,9 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import nystrom.functional.dense as D
 from nystrom.functional.dense import activation, dense, dense_module, fused_dtype, fuses
-from nystrom.functional.onednn import linear_supports
+from nystrom.functional.onednn import POST_OPS, linear_supports
 from nystrom.model import NystromformerConfig, NystromformerModel
 
 onednn = pytest.mark.skipif(
@@ -43,7 +42,7 @@ def test_fused_path_is_taken_and_equals_linear_then_activation(monkeypatch, act,
     with torch.inference_mode():
         assert fuses(x, w, b)
         y = dense(x, w, b, activation_name=act)
-    assert calls == [(D._POST_OPS[act][0], [], D._POST_OPS[act][1])]
+    assert calls == [(POST_OPS[act][0], [], POST_OPS[act][1])]
     assert y.shape == (2, 37, 40) and y.dtype == torch.float32
     torch.testing.assert_close(y.double(), _reference(x, w, b, act), rtol=1e-5, atol=1e-5)
 

@@ -56,6 +56,15 @@ _BIDIRECTIONAL_ERROR = (
 _ADDITIVE_MASKED = -1e4
 
 
+# option -> default, read once from the signature (inspect follows functools.wraps): the defaults are
+# written only there, and the check below runs in every layer's forward
+_OPTIONS = {
+    p: v.default
+    for p, v in inspect.signature(nystrom_attention).parameters.items()
+    if v.kind is inspect.Parameter.KEYWORD_ONLY and p not in _FROM_MODEL
+}
+
+
 def nystrom_options(config: PretrainedConfig | None) -> dict[str, Any]:
     """``config.nystrom_attention`` checked against :func:`nystrom_attention`'s keyword options.
 
@@ -67,14 +76,9 @@ def nystrom_options(config: PretrainedConfig | None) -> dict[str, Any]:
         return {}
     if not isinstance(options, Mapping):
         raise TypeError(f"config.nystrom_attention must be a dict of options, got {type(options).__name__}")
-    # Read from the signature (inspect follows functools.wraps) so the defaults are written only once.
-    params = inspect.signature(nystrom_attention).parameters
-    valid = [
-        p for p, v in params.items() if v.kind is inspect.Parameter.KEYWORD_ONLY and p not in _FROM_MODEL
-    ]
-    bad = sorted(set(options) - set(valid))
+    bad = sorted(set(options) - set(_OPTIONS))
     if bad:
-        defaults = ", ".join(f"{p}={params[p].default!r}" for p in valid)
+        defaults = ", ".join(f"{p}={d!r}" for p, d in _OPTIONS.items())
         raise ValueError(
             f"config.nystrom_attention has unknown option(s) {bad}; valid options (with defaults) are: "
             f"{defaults}. (mask and scale come from the model's attention_mask and scaling.)"

@@ -26,8 +26,6 @@ from torch import nn
 from nystrom.functional.amp import autocast_enabled
 from nystrom.functional.onednn import CANDIDATE_DTYPES, POST_OPS, linear_compute_dtype
 
-_POST_OPS = POST_OPS  # our activation names -> oneDNN's post-op (attr, algorithm)
-
 
 def activation(name: str | None, x: torch.Tensor) -> torch.Tensor:
     """``name`` in ``gelu`` (erf), ``gelu_new`` (tanh approximation, HF's name), ``relu``, or None (identity)."""
@@ -42,22 +40,35 @@ def activation(name: str | None, x: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown activation {name!r}; expected one of 'gelu', 'gelu_new', 'relu'")
 
 
-def fused_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.dtype | None:
-    """The dtype :func:`dense` runs oneDNN's fused kernel in for these operands, or None where it runs
-    ``F.linear`` (see the module docstring). Under CPU autocast that is autocast's dtype: ``F.linear``
-    would cast all three operands to it too; otherwise all three must share one dtype (a mismatch is left
-    to ``F.linear``'s error). bfloat16 is fused on every CPU whose oneDNN runs float32: where it has no
-    bf16 kernel (AVX2-only CPUs) the GEMM runs in float32 and its result is rounded to bfloat16
-    (:func:`~nystrom.functional.onednn.linear_compute_dtype`)."""
+def _plan(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[torch.dtype, torch.dtype] | None:
+    """(result dtype, GEMM dtype) of oneDNN's fused kernel for these operands, or None where :func:`dense`
+    runs ``F.linear`` (see the module docstring). The result dtype under CPU autocast is autocast's:
+    ``F.linear`` would cast all three operands to it too; otherwise all three must share one dtype (a
+    mismatch is left to ``F.linear``'s error). The GEMM dtype is the result's, or float32 for bfloat16 on
+    CPUs without bf16 kernels (:func:`~nystrom.functional.onednn.linear_compute_dtype`)."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
         return None
     operands = (x, weight) if bias is None else (x, weight, bias)
     if autocast_enabled("cpu"):
         dtype = torch.get_autocast_dtype("cpu")
-        castable = all(t.dtype in CANDIDATE_DTYPES for t in operands)
-        return dtype if castable and linear_compute_dtype(dtype) is not None else None
-    same = all(t.dtype == x.dtype for t in operands)
-    return x.dtype if same and linear_compute_dtype(x.dtype) is not None else None
+        if not all(t.dtype in CANDIDATE_DTYPES for t in operands):
+            return None
+    else:
+        dtype = x.dtype
+        if not all(t.dtype == dtype for t in operands):
+            return None
+    compute = linear_compute_dtype(dtype)
+    return None if compute is None else (dtype, compute)
+
+
+def fused_dtype(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.dtype | None:
+    """The dtype of :func:`dense`'s result where it runs oneDNN's fused kernel for these operands, or None
+    where it runs ``F.linear``. bfloat16 is fused on every CPU whose oneDNN runs float32: where it has no
+    bf16 kernel (AVX2-only CPUs) the GEMM runs in float32 and its result is rounded to bfloat16."""
+    plan = _plan(x, weight, bias)
+    return None if plan is None else plan[0]
 
 
 def fuses(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
@@ -73,15 +84,15 @@ def dense(
     The activation (see :func:`activation`) is fused into oneDNN's GEMM where :func:`fused_dtype` gives a
     dtype (the result's, as ``F.linear``'s would be); elsewhere this is ``activation(F.linear(x, weight, bias))``.
     """
-    if activation_name not in _POST_OPS:
+    if activation_name not in POST_OPS:
         raise ValueError(
             f"unknown activation {activation_name!r}; expected one of 'gelu', 'gelu_new', 'relu', None"
         )
-    dtype = fused_dtype(x, weight, bias)
-    if dtype is None:
+    plan = _plan(x, weight, bias)
+    if plan is None:
         return activation(activation_name, F.linear(x, weight, bias))
-    attr, algorithm = _POST_OPS[activation_name]
-    compute = linear_compute_dtype(dtype)  # dtype, or float32 for bf16 on CPUs without bf16 kernels
+    dtype, compute = plan  # compute: dtype, or float32 for bf16 on CPUs without bf16 kernels
+    attr, algorithm = POST_OPS[activation_name]
     rows = x.reshape(-1, x.shape[-1]).to(dtype).to(compute)  # (r, i): autocast's cast first, then compute's
     b = None if bias is None else bias.to(dtype).to(compute)
     w = weight.to(dtype).to(compute)  # (o, i)

@@ -38,11 +38,8 @@ _BUILT = built_with_linear()
 
 
 def _torch_flag(dtype: torch.dtype) -> bool:
-    """PyTorch's own answer for bf16/fp16 where it exposes one (True where it has no such flag)."""
-    name = {torch.bfloat16: "_is_mkldnn_bf16_supported", torch.float16: "_is_mkldnn_fp16_supported"}.get(
-        dtype
-    )
-    fn = getattr(torch.ops.mkldnn, name, None) if name is not None else None
+    """PyTorch's own answer for bf16 where it exposes one (True for fp32, or where it has no such flag)."""
+    fn = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None) if dtype == torch.bfloat16 else None
     if fn is None:
         return True
     try:
@@ -98,8 +95,3 @@ def linear_compute_dtype(dtype: torch.dtype) -> torch.dtype | None:
     if dtype == torch.bfloat16 and linear_supports(torch.float32):
         return torch.float32
     return None
-
-
-def supported_dtypes() -> tuple[torch.dtype, ...]:
-    """The dtypes :func:`linear_supports` accepts now (for reports and docs)."""
-    return tuple(dt for dt in CANDIDATE_DTYPES if linear_supports(dt))

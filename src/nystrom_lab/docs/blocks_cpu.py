@@ -42,7 +42,7 @@ def models(*paths: Path) -> str:
     for (isa, dtype, _), path in zip(RUNS, paths):
         run = read_json(path)
         lines.append(([isa, dtype], cases(run, "inference", 4096)))
-    return compare_table(["ISA", "dtype"], lines, models=tuple(m for m in MODELS))
+    return compare_table(["ISA", "dtype"], lines, models=MODELS)
 
 
 def before_after(*paths: Path) -> str:
