@@ -66,7 +66,7 @@ def test_valid_specs_parse_to_the_options_they_set_and_format_back(text, spec):
         ("nystrom,pinv=svd", "pinv must be one of iterative, exact"),
         ("nystrom,conv_kernel_size=4", "conv_kernel_size must be an odd positive int or none"),
         ("nystrom,recompute=1", "recompute must be true or false"),
-        ("softmax,num_landmarks=8", "a key of softmax (conv_kernel_size, recompute)"),
+        ("softmax,num_landmarks=8", "a key of softmax (conv_kernel_size, block_size, recompute)"),
     ],
 )
 def test_invalid_specs_name_the_fault_and_the_valid_forms(text, words):

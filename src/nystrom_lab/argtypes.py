@@ -103,6 +103,14 @@ def positive_float(text: str) -> float:
     return _float_where(text, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
+def lr_scale_pair(text: str) -> tuple[str, float]:
+    """``GLOB=FACTOR`` (``*lm_head*=10``): parameters whose name matches GLOB train at FACTOR × the rate."""
+    glob, eq, factor = text.rpartition("=")
+    if not eq or not glob:
+        raise argparse.ArgumentTypeError(f"expected GLOB=FACTOR (e.g. '*lm_head*=10'), got {text!r}")
+    return glob, positive_float(factor)
+
+
 def open_fraction(text: str) -> float:
     """A float strictly between 0 and 1."""
     return _float_where(text, lambda v: 0.0 < v < 1.0, "a number between 0 and 1 (exclusive)")

@@ -30,7 +30,7 @@ ATTENTION_KEYS: dict[str, dict[str, str | tuple[str, ...]]] = {
         "num_landmarks": _POS, "pinv_iterations": _NONNEG, "pinv_init": ("per_matrix", "original"),
         "pinv": ("iterative", "exact"), "conv_kernel_size": _KERNEL, "recompute": _BOOL, "causal": _BOOL,
     },
-    "softmax": {"conv_kernel_size": _KERNEL, "recompute": _BOOL},
+    "softmax": {"conv_kernel_size": _KERNEL, "block_size": _POS, "recompute": _BOOL},
     "linformer": {"max_seq_len": _POS, "proj_len": _POS},
     "linear": {"recompute": _BOOL},
     "longformer": {"window_size": _ODD},

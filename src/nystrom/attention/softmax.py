@@ -6,6 +6,8 @@ import torch
 
 from nystrom.attention.base import AttentionBase
 from nystrom.functional.attention import softmax_attention
+from nystrom.functional.block_diagonal import block_diagonal_attention
+from nystrom.functional.checks import check_positive_int
 
 
 class SoftmaxAttention(AttentionBase):
@@ -13,6 +15,9 @@ class SoftmaxAttention(AttentionBase):
 
     ``conv_kernel_size`` adds the Nyströmformer's depthwise conv skip on V; HF Nystromformer checkpoints run
     exactly this (softmax + conv) when their config sets num_landmarks == segment_means_seq_len.
+    ``block_size`` w restricts every token to its own block of w tokens (block-diagonal attention,
+    :func:`~nystrom.functional.block_diagonal.block_diagonal_attention`): a long model of copied positions
+    then computes what its source computes on each block alone.
     """
 
     name = "softmax"
@@ -25,6 +30,7 @@ class SoftmaxAttention(AttentionBase):
         heads: int = 8,
         dim_head: int = 64,
         conv_kernel_size: int | None = None,
+        block_size: int | None = None,
         qkv_bias: bool = True,
         dropout: float = 0.0,
         recompute: bool = False,
@@ -38,9 +44,17 @@ class SoftmaxAttention(AttentionBase):
             dropout=dropout,
             recompute=recompute,
         )
+        if block_size is not None:
+            check_positive_int("block_size", block_size)
+        self.block_size = block_size
 
     def core(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
+        if self.block_size is not None:
+            return block_diagonal_attention(q, k, v, block_size=self.block_size, mask=mask)
         return softmax_attention(q, k, v, mask=mask)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + ("" if self.block_size is None else f", block_size={self.block_size}")

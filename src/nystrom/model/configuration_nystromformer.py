@@ -6,7 +6,8 @@ Legend: e hidden size, f FFN width, h heads, d head dim (= e / h), v vocabulary,
 :func:`nystrom.model.from_hf` / :func:`nystrom.model.to_hf` convert). ``attention`` is a dict
 ``{"name": <registry key>, **options}``: the name selects a class in ``nystrom.attention.REGISTRY`` and the
 options must be keyword-only parameters of that class's constructor (``dim``, ``heads``, ``dim_head``,
-``qkv_bias`` and ``dropout`` come from the config itself).
+``qkv_bias`` and ``dropout`` come from the config itself). ``attention`` may also be a list of such dicts, one
+per layer. ``position_extension`` records how :func:`nystrom.model.to_long` grew the position table.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 
 from transformers import PreTrainedConfig
 
+from nystrom.model.positions import check_record
 from nystrom.model.presets import PRESETS
 
 MODEL_TYPE = "nystrom-nystromformer"
@@ -61,8 +63,19 @@ def resolved_attention(attention: dict[str, Any]) -> dict[str, Any]:
     return {"name": attention["name"], **{n: params[n].default for n in names}, **attention}
 
 
-def normalize_attention(attention: str | dict[str, Any]) -> dict[str, Any]:
-    """Validate an attention spec (``"nystrom"`` or ``{"name": "nystrom", "num_landmarks": 32, ...}``)."""
+def normalize_attention(
+    attention: str | dict[str, Any] | list[str | dict[str, Any]],
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """Validate an attention spec (``"nystrom"`` or ``{"name": "nystrom", "num_landmarks": 32, ...}``), or a
+    list of them, one per layer (e.g. a local window below and Nyström above)."""
+    if isinstance(attention, (list, tuple)):
+        if not attention:
+            raise ValueError("attention as a list needs one spec per layer, got an empty list")
+        return [_normalize_one(a) for a in attention]
+    return _normalize_one(attention)
+
+
+def _normalize_one(attention: str | dict[str, Any]) -> dict[str, Any]:
     if isinstance(attention, str):
         attention = {"name": attention}
     if not isinstance(attention, dict) or not isinstance(attention.get("name"), str):
@@ -133,7 +146,7 @@ class NystromformerConfig(PreTrainedConfig):
     dropout: float = 0.1  # embeddings, attention output and FFN output
     activation_dropout: float = 0.0
     qkv_bias: bool = True
-    attention: dict[str, Any] | str | None = None  # None = {"name": "nystrom"}
+    attention: dict[str, Any] | list[dict[str, Any]] | str | None = None  # None = {"name": "nystrom"}
     pooler: bool = False
     pooling: str = "cls"
     classifier_hidden: int | None = None
@@ -143,6 +156,7 @@ class NystromformerConfig(PreTrainedConfig):
     linear_init: str = "normal"
     position_offset: int = 0  # rows before position 0 in the table (HF Nystromformer: 2)
     hf_config: dict[str, Any] | None = None  # transformers' NystromformerConfig fields kept for to_hf
+    position_extension: dict[str, Any] | None = None  # how to_long grew the position table (positions.py)
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs: Any) -> None:
@@ -208,12 +222,27 @@ class NystromformerConfig(PreTrainedConfig):
                 raise TypeError(f"config.{name} must be a bool, got {getattr(self, name)!r}")
         if self.hf_config is not None and not isinstance(self.hf_config, dict):
             raise TypeError(f"config.hf_config must be None or a dict, got {type(self.hf_config).__name__}")
+        if isinstance(self.attention, list) and len(self.attention) != self.num_hidden_layers:
+            raise ValueError(
+                f"config.attention is a list of {len(self.attention)} specs but the model has"
+                f" {self.num_hidden_layers} layers (num_hidden_layers): give one spec per layer, or one dict for all"
+            )
+        check_record(self.position_extension)
         if self.pooling == "pooler" and not self.pooler:
             raise ValueError("config.pooling='pooler' needs config.pooler=True")
 
     def validate(self) -> None:
         """Re-check every field (transformers calls this before saving)."""
         self._check()
+
+    def layer_attention(self, index: int) -> dict[str, Any]:
+        """The attention spec of layer ``index`` (the one dict, or the list's entry)."""
+        return self.attention[index] if isinstance(self.attention, list) else self.attention
+
+    @property
+    def per_layer_attention(self) -> bool:
+        """Whether ``attention`` is a list (one spec per layer) rather than one spec for every layer."""
+        return isinstance(self.attention, list)
 
     @property
     def head_dim(self) -> int:

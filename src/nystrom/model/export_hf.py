@@ -86,6 +86,11 @@ def config_from_hf(hf: dict[str, Any], *, source: str) -> NystromformerConfig:
 
 
 def _hf_attention_fields(config: NystromformerConfig, seq_len: int | None) -> dict[str, Any]:
+    if config.per_layer_attention:
+        raise ValueError(
+            "transformers' Nystromformer runs one attention in every layer; this model has one per layer"
+            f" ({[a['name'] for a in config.attention]}), which only our own folders (save_pretrained) hold"
+        )
     att, kept = config.attention, config.hf_config or {}
     if att["name"] == "softmax":
         if seq_len is not None:

@@ -34,16 +34,18 @@ from nystrom.model.weights import CheckpointError, read_json, read_weights
 
 # ---------------------------------------------------------------------------------------------- import
 def with_attention(
-    config: NystromformerConfig, attention: str | dict[str, Any] | None
+    config: NystromformerConfig, attention: str | dict[str, Any] | list[str | dict[str, Any]] | None
 ) -> NystromformerConfig:
-    """``config`` with ``attention`` swapped in; a conv kernel the user did not set keeps the checkpoint's."""
+    """``config`` with ``attention`` swapped in (one spec, or a list of one per layer); a conv kernel the user
+    did not set keeps the checkpoint's layer by layer."""
     if attention is None:
         return config
     spec = normalize_attention(attention)
-    old = resolved_attention(config.attention).get("conv_kernel_size")
-    if "conv_kernel_size" not in spec and old is not None:
-        if "conv_kernel_size" in attention_option_names(spec["name"]):
-            spec["conv_kernel_size"] = old  # the checkpoint carries these conv weights
+    for i, one in enumerate(spec if isinstance(spec, list) else [spec]):
+        old = resolved_attention(config.layer_attention(i)).get("conv_kernel_size")
+        if "conv_kernel_size" not in one and old is not None:
+            if "conv_kernel_size" in attention_option_names(one["name"]):
+                one["conv_kernel_size"] = old  # the checkpoint carries these conv weights
     return config.replace(attention=spec)
 
 

@@ -160,11 +160,13 @@ class FeedForward(nn.Module):
         return out.view(x.shape)
 
 
-def build_attention(config: NystromformerConfig) -> nn.Module:
+def build_attention(config: NystromformerConfig, index: int = 0) -> nn.Module:
+    """Layer ``index``'s attention module, from its spec (:meth:`NystromformerConfig.layer_attention`)."""
     from nystrom.attention import REGISTRY
 
-    options = {k: v for k, v in config.attention.items() if k != "name"}
-    return REGISTRY[config.attention["name"]](
+    spec = config.layer_attention(index)
+    options = {k: v for k, v in spec.items() if k != "name"}
+    return REGISTRY[spec["name"]](
         config.hidden_size,
         heads=config.num_attention_heads,
         dim_head=config.head_dim,

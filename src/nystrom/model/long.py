@@ -4,8 +4,9 @@ Legend: e hidden size, p position rows of the source (its length), N the new len
 
 :func:`to_long` takes a BERT, RoBERTa/XLM-R, transformers Nystromformer or nystrom folder (or a model of
 ours), and returns a :class:`NystromformerForMaskedLM` whose learned position table is extended to N rows
-by copying the source's rows over and over (new position i takes source row ``i mod p``; RoBERTa-family
-and HF Nystromformer tables keep their 2 reserved leading rows, so their copies start at row 2), with
+(by default by copying the source's rows over and over, new position i taking source row ``i mod p``;
+``positions="interpolate"`` or ``"hierarchical"`` instead, :mod:`nystrom.model.positions`; RoBERTa-family
+and HF Nystromformer tables keep their 2 reserved leading rows, so their rows start at row 2), with
 the attention switched to Nyström (or kept exact softmax). A conv skip the source lacks starts at zero,
 so at positions below p the converted model computes what the source computes, up to the attention
 approximation. A source without an MLM head gets a fresh one (its decoder tied to the word
@@ -22,11 +23,12 @@ from typing import Any
 
 import torch
 
-from nystrom.model.configuration_nystromformer import MODEL_TYPE
+from nystrom.model.configuration_nystromformer import MODEL_TYPE, normalize_attention
 from nystrom.model.interop_bert import BERT_FAMILY, from_bert, from_roberta
 from nystrom.model.interop_hf import from_hf
 from nystrom.model.modeling_heads import NystromformerForMaskedLM
 from nystrom.model.modeling_nystromformer import NystromformerPreTrainedModel
+from nystrom.model.positions import check_scheme
 from nystrom.model.transfer import load_folder, transfer
 from nystrom.model.weights import CheckpointError, read_json
 
@@ -103,16 +105,21 @@ def to_long(
     source: str | Path | NystromformerPreTrainedModel,
     *,
     max_position_embeddings: int,
-    attention: str | dict[str, Any] | None = None,
+    attention: str | dict[str, Any] | list[str | dict[str, Any]] | None = None,
+    positions: str = "copy",
+    alpha: float | None = None,
     seed: int = 0,
 ) -> NystromformerForMaskedLM:
     """A long (``max_position_embeddings`` = N) masked-LM of ours from a pretrained short model.
 
     ``source``: a folder of BERT, RoBERTa, XLM-R, CamemBERT, transformers' Nystromformer or ours, with or
     without an MLM head, or a model of ours. ``attention``: ``"softmax"`` (exact, fused SDPA), ``"nystrom"``
-    or ``{"name": "nystrom", "num_landmarks": m, "conv_kernel_size": k, ...}``; default
-    :data:`DEFAULT_LONG_ATTENTION` for BERT-family sources, the source's own otherwise. N must exceed the
-    source's length. Returns the model in eval mode; ``save_pretrained`` it (or use ``nystrom convert
+    or ``{"name": "nystrom", "num_landmarks": m, "conv_kernel_size": k, ...}``, or a list of one spec per
+    layer; default :data:`DEFAULT_LONG_ATTENTION` for BERT-family sources, the source's own otherwise.
+    ``positions`` (:data:`~nystrom.model.positions.POSITION_SCHEMES`): how the L source rows become N —
+    ``"copy"`` (row p = source row p mod L), ``"interpolate"`` or ``"hierarchical"`` (Su's decomposition
+    with ``alpha``, 0.4 by default; rows below L unchanged); recorded in ``config.position_extension``.
+    N must exceed the source's length. Returns the model in eval mode; ``save_pretrained`` it (or use ``nystrom convert
     long``, which also writes the tokenizer with ``model_max_length = N``).
     """
     if isinstance(max_position_embeddings, bool) or not isinstance(max_position_embeddings, int):
@@ -128,6 +135,9 @@ def to_long(
             f"max_position_embeddings ({max_position_embeddings}) must be above the source's {length}"
             f" positions ({where}): to_long extends a model"
         )
+    check_scheme(positions, alpha, source_rows=length, rows=max_position_embeddings)  # before any weight
+    if attention is not None:
+        normalize_attention(attention)
     if not given:
         model = _load(Path(source), model_type, attention)
     elif attention is not None:
@@ -140,7 +150,7 @@ def to_long(
         model = mlm
     elif type(model) is not NystromformerForMaskedLM:  # pre-training: keep its MLM head, drop SOP
         model = transfer(model, NystromformerForMaskedLM, model.config)
-    model.resize_position_embeddings(max_position_embeddings)
+    model.resize_position_embeddings(max_position_embeddings, positions=positions, alpha=alpha)
     return model.eval()
 
 

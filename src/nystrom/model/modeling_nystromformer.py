@@ -28,6 +28,7 @@ from nystrom.model.layers import (
     check_ids,
     to_mask,
 )
+from nystrom.model.positions import check_scheme, extend_table, scheme_record
 
 T = torch.Tensor | None  # the optional tensor arguments of every forward
 B = bool | None  # the optional switches (None = the config's setting)
@@ -36,10 +37,10 @@ B = bool | None  # the optional switches (None = the config's setting)
 class EncoderLayer(GradientCheckpointingLayer):
     """One block: ``x`` (b, n, e), ``mask`` (b, n) bool or None -> (b, n, e) and, when asked, (b, h, n, n)."""
 
-    def __init__(self, config: NystromformerConfig) -> None:
+    def __init__(self, config: NystromformerConfig, index: int = 0) -> None:
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
-        self.attention = build_attention(config)
+        self.attention = build_attention(config, index)
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
@@ -59,7 +60,7 @@ class EncoderLayer(GradientCheckpointingLayer):
 class Encoder(nn.Module):
     def __init__(self, config: NystromformerConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.final_norm = (
             nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.final_norm else None
         )
@@ -122,20 +123,31 @@ class NystromformerPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
             init.zeros_(module.bias)
 
-    def resize_position_embeddings(self, new_max: int) -> None:
-        """Make the position table ``new_max`` rows: row i becomes old row ``i % old_rows`` (the official
-        code's tiling for longer inputs), so a longer input sees the learned rows repeated; shrinking keeps
-        the first ``new_max`` rows. Updates ``config.max_position_embeddings``."""
+    def resize_position_embeddings(
+        self, new_max: int, *, positions: str = "copy", alpha: float | None = None
+    ) -> None:
+        """Make the position table ``new_max`` rows. Growing, the new table comes from the learned one by
+        ``positions`` (:mod:`nystrom.model.positions`): ``"copy"`` (row i = old row ``i % old_rows``, the
+        official code's tiling and Longformer's recipe), ``"interpolate"`` or ``"hierarchical"`` (Su's
+        decomposition with ``alpha``, rows below the old length unchanged); the scheme is recorded in
+        ``config.position_extension``. Shrinking keeps the first ``new_max`` rows. Reserved leading rows
+        (``config.position_offset``) are kept as they are. Updates ``config.max_position_embeddings``."""
         if not isinstance(new_max, int) or isinstance(new_max, bool) or new_max < 1:
             raise ValueError(f"new_max must be a positive int, got {new_max!r}")
         embeddings = self.base_model.embeddings
         old = embeddings.position_embeddings.weight.data  # (offset + p, e)
         off = embeddings.offset
-        index = torch.cat([torch.arange(off), off + torch.arange(new_max) % (old.shape[0] - off)])
+        check_scheme(positions, alpha, source_rows=old.shape[0] - off, rows=new_max)
         new = nn.Embedding(off + new_max, old.shape[1], device=old.device, dtype=old.dtype)
         with torch.no_grad():
-            new.weight.copy_(old[index.to(old.device)])  # (offset + new_max, e)
+            new.weight[:off].copy_(old[:off])
+            new.weight[off:].copy_(extend_table(old[off:], new_max, scheme=positions, alpha=alpha))  # (N, e)
         embeddings.position_embeddings = new
+        record = self.config.position_extension
+        if new_max > old.shape[0] - off:
+            self.config.position_extension = scheme_record(positions, alpha, old.shape[0] - off)
+        elif record is not None and new_max <= record["source_length"]:  # back within the source's rows
+            self.config.position_extension = None
         self.config.max_position_embeddings = new_max
 
     def to_hf(self, path, *, segment_means_seq_len: int | None = None) -> None:

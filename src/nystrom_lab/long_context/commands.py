@@ -47,7 +47,9 @@ def register(sub) -> None:
     )  # fmt: skip
     c.add_argument("--corpus", type=corpus, nargs="+", required=True, help="e.g. data/brown/brown.txt")
     c.add_argument("--out", type=output_dir, default=d.out, help=f"experiment folder (default {d.out})")
-    c.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(ORDER), help="default: all three")
+    c.add_argument(
+        "--variants", nargs="+", choices=list(VARIANTS), default=list(ORDER), help="default: all three"
+    )
     c.add_argument("--steps", type=positive_int, default=d.steps, help=f"optimiser steps (default {d.steps})")
     c.add_argument("--seed", type=int, default=d.seed, help="head, example order, masks (default 0)")
     c.add_argument(
@@ -58,6 +60,11 @@ def register(sub) -> None:
     c.add_argument("--genre-seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds (default 0)")
     add_device_option(c, help_="every child run's device: auto (CUDA when available, default), cpu or cuda")
     c.add_argument("--report-only", action="store_true", help="train nothing: rewrite results and figure")
-    c.add_argument("--no-probes", action="store_true", help="keep the step-time/memory probes already in results.json")
+    c.add_argument(
+        "--no-probes", action="store_true", help="keep the step-time/memory probes already in results.json"
+    )
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.set_defaults(func=cmd_long_context)
+    from nystrom_lab.long_context.positions_commands import register as register_positions
+
+    register_positions(sub)

@@ -78,8 +78,18 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
     _, length = source_length(source)  # config.json checks before any weight is read
     if args.max_length <= length:
         raise UsageError(f"--max-length {args.max_length} must be above the source's {length} positions")
-    attention = text_attention(args.attention, max_length=args.max_length)
-    model = to_long(source, max_position_embeddings=args.max_length, attention=attention, seed=args.seed)
+    from nystrom.model.positions import check_scheme
+
+    try:  # before any weight is read
+        check_scheme(args.positions, args.alpha, source_rows=length, rows=args.max_length)
+    except ValueError as err:
+        raise UsageError(f"--positions {args.positions} --alpha {args.alpha}: {err}") from err
+    specs = [text_attention(a, max_length=args.max_length) for a in args.attention]
+    attention = specs[0] if len(specs) == 1 else specs
+    model = to_long(
+        source, max_position_embeddings=args.max_length, attention=attention, positions=args.positions,
+        alpha=args.alpha, seed=args.seed,
+    )  # fmt: skip
     model.save_pretrained(args.out)
     if not save_long_tokenizer(source, args.out, max_length=args.max_length, tokenizer=args.tokenizer):
         print(
@@ -87,8 +97,10 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     pos = model.nystromformer.embeddings
-    print(f"wrote {type(model).__name__} ({args.attention}, {args.max_length} positions: the source's {length}"
-          f" rows copied {args.max_length / length:.1f}x, offset {pos.offset}) to {args.out}")  # fmt: skip
+    how = {"copy": f"copied {args.max_length / length:.1f}x", "interpolate": "interpolated",
+           "hierarchical": f"decomposed hierarchically, alpha {model.config.position_extension.get('alpha')}"}
+    print(f"wrote {type(model).__name__} ({' '.join(args.attention)}, {args.max_length} positions: the source's"
+          f" {length} rows {how[args.positions]}, offset {pos.offset}) to {args.out}")  # fmt: skip
     return 0
 
 
@@ -114,6 +126,10 @@ _KINDS = (
     ("to-hf", "a folder of ours (or any --init-from model) -> a transformers Nystromformer folder"),
     ("legacy", 'an old nystrom folder ("format": "nystrom") -> a folder of ours'),
 )  # fmt: skip
+
+
+#: nystrom.model.positions.POSITION_SCHEMES, listed here so that the parser needs no torch (a test compares)
+POSITION_SCHEMES = ("copy", "interpolate", "hierarchical")
 
 
 def register(subparsers) -> None:
@@ -157,10 +173,20 @@ def register(subparsers) -> None:
     k.add_argument("--max-length", type=positive_int, required=True, help="positions of the long model (N)")
     k.add_argument("--out", type=output_dir, required=True, help="folder to write")
     k.add_argument(
-        "--attention", type=attention, default="nystrom", metavar="SPEC",
+        "--attention", type=attention, nargs="+", default=["nystrom"], metavar="SPEC",
         help="attention spec of the long model (default nystrom: NystromAttention's landmarks, conv kernel"
-        " 65 zero-initialised; softmax keeps exact attention); " + ATTENTION_HELP.split(". Default")[0],
+        " 65 zero-initialised; softmax keeps exact attention), or one spec per layer (e.g. 3 x longformer-511"
+        " then 3 x nystrom for a 6-layer model); " + ATTENTION_HELP.split(". Default")[0],
     )  # fmt: skip
+    k.add_argument(
+        "--positions", choices=POSITION_SCHEMES, default="copy",
+        help="how the source's L position rows become N: copy (row p = row p mod L, Longformer's; default),"
+        " interpolate (the table stretched linearly) or hierarchical (Su's decomposition: rows below L"
+        " unchanged, copies told apart by --alpha)",
+    )  # fmt: skip
+    k.add_argument(
+        "--alpha", type=float, help="alpha of --positions hierarchical, in (0, 1) (default 0.4, Su's)"
+    )
     k.add_argument("--tokenizer", type=existing_file, help="tokenizer.json (default: the source's)")
     k.add_argument("--seed", type=int, default=0, help="seed of a new MLM head (default 0)")
     k.set_defaults(func=cmd_convert_long)

@@ -74,7 +74,9 @@ class MaskedLMObjective(nn.Module):
     def forward(self, input_ids, attention_mask, labels, positions):
         out = self.model.nystromformer(input_ids, attention_mask)  # hidden (b, L, e)
         sel = labels != -100  # (b, L)
-        loss, token_loss, predicted, target = masked_token_loss(self.model.lm_head, out.last_hidden_state, labels)
+        loss, token_loss, predicted, target = masked_token_loss(
+            self.model.lm_head, out.last_hidden_state, labels
+        )
         correct = (predicted == target).float()  # (k,)
         bucket = torch.bucketize(positions[sel], self.inner_edges, right=True)  # (k,) in [0, B)
         zeros = torch.zeros(self.num_buckets, device=labels.device)
@@ -137,7 +139,11 @@ def make_mlm_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     kw = dict(seq_len=length, dev_fraction=run.dev_fraction, seed=run.seed)
     train_set = PackedMLMDataset(cache, tok, split="train", dupe_factor=run.dupe_factor, **kw)
     ref = run.reference_length or length
-    dev_set = PackedMLMDataset(cache, tok, split="dev", fixed_masks=True, reference_length=ref, **kw)
+    dev_kw = {
+        **kw,
+        "seed": run.seed if run.dev_seed is None else run.dev_seed,
+    }  # the same dev tokens across seeds
+    dev_set = PackedMLMDataset(cache, tok, split="dev", fixed_masks=True, reference_length=ref, **dev_kw)
     edges = position_buckets(ref)
     pad = tok.pad_id
 

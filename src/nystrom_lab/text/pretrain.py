@@ -158,6 +158,8 @@ def same_run(old: dict, new: dict) -> bool:
     compared by content (records written before tokenizers were hashed hold its path instead: a path
     is not compared, the vocabulary is checked when the model and data load)."""
     keys = ("tokenizer", "tokenizer_file")
+    later = {"lr_scale": [], "dev_seed": None}  # options added later: a record without them meant these
+    old, new = {**later, **old}, {**later, **new}
     strip = lambda r: {k: v for k, v in r.items() if k not in keys}  # noqa: E731
     old_tok, new_tok = old.get("tokenizer"), new.get("tokenizer")
     if (
@@ -186,6 +188,7 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     record.pop("out")
     # the tokenizer by content and package, not by a machine path (the --tokenizer option's value included)
     record.update(model_config=task.model.model.config.definition(), tokenizer=describe_file(tok.path))
+    record = json.loads(json.dumps(record))  # as the file holds it (tuples as lists), so that the two compare
     path = run.out / "pretrain_run.json"
     if path.exists() and not same_run(json.loads(path.read_text()), record):
         raise ValueError(f"{run.out} holds a run with other options; use another --out or the same options")

@@ -16,6 +16,7 @@ from nystrom_lab.argtypes import (
     device_options,
     existing_dir,
     existing_file,
+    lr_scale_pair,
     non_negative_int,
     open_fraction,
     output_dir,
@@ -65,7 +66,8 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         gradient_checkpointing=args.gradient_checkpointing, eval_at_start=args.eval_at_start,
         steps=args.steps, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
         warmup=args.warmup, eval_every=args.eval_every, eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
-        dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed,
+        dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed, lr_scale=tuple(args.lr_scale),
+        dev_seed=args.dev_seed,
         **_given(dupe_factor=args.dupe_factor), **device_options(args),
     )  # fmt: skip
     with run_folder(args.out):
@@ -183,7 +185,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         help="mlm: score dev tokens per position bucket of R-token pieces (default --max-length); a 512-token"
         " run with R=4096 is scored on the same tokens and buckets as a 4096-token one",
     )  # fmt: skip
-    p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in the backward")
+    p.add_argument(
+        "--gradient-checkpointing", action="store_true", help="recompute activations in the backward"
+    )
     p.add_argument("--eval-at-start", action="store_true", help="also evaluate the initial weights (step 0)")
     p.add_argument(
         "--train-tokenizer", type=positive_int, metavar="VOCAB", help="train a WordPiece on the corpus"
@@ -203,6 +207,16 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
         "--dev-fraction", type=open_fraction, default=0.05, help="documents held out for MLM/SOP accuracy"
     )
     p.add_argument("--grad-accum", type=positive_int, default=1, help="micro-batches per step")
+    p.add_argument(
+        "--dev-seed", type=int, metavar="SEED",
+        help="mlm: seed of the dev set's fixed masks (default --seed): runs with other --seed values (a"
+        " continued run, so that it does not replay its source's batches) are scored on the same masked tokens",
+    )  # fmt: skip
+    p.add_argument(
+        "--lr-scale", type=lr_scale_pair, nargs="+", default=[], metavar="GLOB=FACTOR",
+        help="train the parameters whose names match GLOB at FACTOR x --lr, e.g. '*lm_head*=10'"
+        " '*position_embeddings*=10' (new parameters faster than a pretrained body; first match wins)",
+    )  # fmt: skip
     p.add_argument("--dupe-factor", type=positive_int, help=_DUPE_HELP)
     # --out is checked by the command, not required by the parser, so that `nystrom pretrain figure5` parses
     add_common(p, init_from="bert-small", what="the model to pre-train")
@@ -218,4 +232,3 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     c.add_argument("--table", type=output_file, help="markdown table to write")
     c.set_defaults(func=cmd_plot_runs)
     return experiments  # the CLI adds `long-context` here (that experiment builds on this one)
-

@@ -23,7 +23,9 @@ class PretrainRun:
     preset: str = "quick"
     tokenizer: Path | None = None
     train_tokenizer: int | None = None  # train a WordPiece of this vocabulary on the corpus
-    init_from: str = "bert-small"  # the start point (nystrom_lab.start_point): a configuration draws a fresh model
+    init_from: str = (
+        "bert-small"  # the start point (nystrom_lab.start_point): a configuration draws a fresh model
+    )
     attention: str | None = None  # a spec of nystrom_lab.attention_spec; None: the start point's own
     objective: str = "mlm+sop"  # or "mlm": packed whole documents, MLM only (mlm.py)
     reference_length: int | None = None  # mlm: dev position buckets of this length (default: max_length)
@@ -42,10 +44,12 @@ class PretrainRun:
     short_seq_prob: float = SHORT_SEQ_PROB
     grad_accum: int = 1
     seed: int = 0
+    dev_seed: int | None = None  # mlm: seed of the dev set's fixed masks (None: seed)
     dupe_factor: int = DUPE_FACTOR  # draws of masks / segment order per training pair (dev: one)
     precision: str = "fp32"  # fp32, bf16, fp16 (nystrom_lab.training.device)
     device: str = "auto"
     compile: bool = False
+    lr_scale: tuple[tuple[str, float], ...] = ()  # (parameter-name glob, factor): TrainConfig.lr_scale
 
     def __post_init__(self) -> None:
         if self.preset not in PRETRAIN_PRESETS:
@@ -56,6 +60,8 @@ class PretrainRun:
             raise ValueError("give --tokenizer or --train-tokenizer, not both")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.dev_seed is not None and self.objective != "mlm":
+            raise ValueError("--dev-seed applies to --objective mlm only (MLM + SOP draws its dev set from --seed)")
 
     def train_config(self) -> TrainConfig:
         p = PRETRAIN_PRESETS[self.preset]
@@ -80,6 +86,7 @@ class PretrainRun:
             log_every=max(1, min(10, steps // 20)),
             seed=self.seed,
             metric="mlm_accuracy",
+            lr_scale=self.lr_scale,
         )
 
     def length(self) -> int:

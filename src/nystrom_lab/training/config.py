@@ -42,6 +42,9 @@ class TrainConfig:
     seed: int = 0
     metric: str = "accuracy"
     metric_mode: str = "max"
+    #: (glob over parameter names, factor) pairs: a matching parameter's peak rate is ``lr · factor`` (the
+    #: first match wins), e.g. (("*lm_head*", 10.0),) trains a fresh head faster than a pretrained body
+    lr_scale: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -62,6 +65,17 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.clip must be > 0 or None, got {self.clip!r}")
         if self.metric_mode not in ("max", "min"):
             raise ValueError(f"TrainConfig.metric_mode must be 'max' or 'min', got {self.metric_mode!r}")
+        for pair in self.lr_scale:
+            ok = isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) and pair[0]
+            if (
+                not ok
+                or isinstance(pair[1], bool)
+                or not isinstance(pair[1], (int, float))
+                or not pair[1] > 0
+            ):
+                raise ValueError(
+                    f"TrainConfig.lr_scale must hold (parameter-name glob, factor > 0) pairs, got {pair!r}"
+                )
         for name in ("eval_batches", "eval_batch_size", "checkpoint_every"):
             val = getattr(self, name)
             if val is not None and (not isinstance(val, int) or val < 1):
@@ -88,6 +102,7 @@ class TrainConfig:
         if "bf16" in data:
             data.setdefault("precision", "bf16" if data.pop("bf16") else "fp32")
         data.setdefault("eval_at_start", False)  # added later; older runs never evaluated step 0
+        data.setdefault("lr_scale", [])  # added later; older runs trained every parameter at one rate
         return data
 
     @classmethod
@@ -99,4 +114,5 @@ class TrainConfig:
             raise ValueError(f"{path}: unknown TrainConfig keys {unknown}")
         if "betas" in data:
             data["betas"] = tuple(data["betas"])
+        data["lr_scale"] = tuple((str(g), f) for g, f in data.get("lr_scale", ()))
         return cls(**data)

@@ -11,6 +11,7 @@ its last checkpoint and reaches the same weights as an uninterrupted run.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import time
 from datetime import timedelta
@@ -75,19 +76,43 @@ def global_batch(n: int, step: int, batch: int, seed: int) -> list[int]:
     return out
 
 
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    decay, no_decay = [], []
-    for p in model.parameters():
-        if p.requires_grad:
-            (no_decay if p.dim() < 2 else decay).append(p)  # no decay on biases and norms
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def _param_groups(
+    model: nn.Module, weight_decay: float, *, lr: float, lr_scale: tuple[tuple[str, float], ...] = ()
+) -> list[dict]:
+    """AdamW groups: decay on matrices only (not on biases and norms), and each ``lr_scale`` glob's
+    parameters at ``lr · factor`` (the first matching glob wins). A glob that matches no trainable
+    parameter raises: a misspelt name must not train silently at the base rate."""
+    groups: dict[tuple[bool, float], list[nn.Parameter]] = {}
+    used = set()
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        factor = 1.0
+        for glob, f in lr_scale:
+            if fnmatch.fnmatchcase(name, glob):
+                factor = f
+                used.add(glob)
+                break
+        groups.setdefault((p.dim() >= 2, factor), []).append(p)
+    unused = [g for g, _ in lr_scale if g not in used]
+    if unused:
+        raise ValueError(
+            f"lr_scale glob(s) {unused} match no trainable parameter name of {type(model).__name__}"
+        )
+    order = sorted(groups, key=lambda key: (not key[0], key[1]))  # decayed first: old checkpoints' order
+    return [
+        {"params": groups[key], "weight_decay": weight_decay if key[0] else 0.0, "lr": lr * key[1]}
+        for key in order
+    ]
 
 
 def _wrap(model: nn.Module, device: torch.device, world: int, compile_: bool) -> tuple[nn.Module, nn.Module]:
     """(the DDP module or ``model``, the module the training forward runs: that one, compiled on request)."""
     ddp = model
     if world > 1:
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     return ddp, torch.compile(ddp) if compile_ else ddp
 
 
@@ -115,7 +140,8 @@ def train(
         out_dir.mkdir(parents=True, exist_ok=True)
     model = task.model.to(device)  # before the optimiser: its state is created beside the parameters
     torch.manual_seed(cfg.seed + rank)
-    opt = torch.optim.AdamW(_param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    groups = _param_groups(model, cfg.weight_decay, lr=cfg.lr, lr_scale=cfg.lr_scale)
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     sched = make_scheduler(opt, warmup=cfg.warmup, total=cfg.steps)
     scaler = grad_scaler(device, cfg.precision)
     start, best, best_step = 0, None, -1
@@ -196,7 +222,9 @@ def train(
                 rec["tokens_per_s"] = rate
             log.write(rec)
             if bar is not None:
-                bar.set_postfix(loss=f"{rec['loss']:.4f}", **({"tok/s": f"{rate:,.0f}"} if watch.tokens else {}))
+                bar.set_postfix(
+                    loss=f"{rec['loss']:.4f}", **({"tok/s": f"{rate:,.0f}"} if watch.tokens else {})
+                )
             watch.reset()
             t_log = now
         if task.dev is not None and (done % cfg.eval_every == 0 or done == cfg.steps):

@@ -1,0 +1,235 @@
+"""``nystrom pretrain long-positions``: long models as good as their 512-token source (issue #37).
+
+Legend: L source length (512), N long length (4096), m landmarks.
+
+1. **Source.** MiniLM with a fresh MLM head, continued at L on the corpus until the head is trained
+   (``source/``; the long-context experiment's ``window-512`` recipe with more steps). Every long variant
+   starts from this MLM-trained source, so none spends its budget training a head.
+2. **Step-0 screen** (minutes, no training): each position scheme (:data:`SCHEMES`) × attention
+   (:data:`ATTENTIONS`) converted from the source and scored on the dev set at N, overall and per position
+   bucket, against the source itself on L-token windows of the same tokens. ``block512`` (exact softmax
+   inside 512-token blocks) with copied positions must reproduce the source: the control.
+3. **Equal-budget training**: ``window-512-continued`` (the source, continued at L), ``copy-nystrom`` and
+   the two best screened Nyström variants (at N), each on the same number of tokens, one after the other,
+   each in its own resumable process. New parameters (the position table, a conv skip) train at
+   :data:`NEW_LR_SCALE` × the body's rate. Continued runs use ``seed + 1`` for their batches and masks (no
+   replay of the source's) and the source's dev masks (``--dev-seed``), so every number is on the same
+   masked dev tokens.
+
+Results: ``OUT/results.json`` (``step0``, ``variants``, ``genre``), ``OUT/results.md``, ``OUT/curves.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: scheme name -> (to_long's positions, alpha)
+SCHEMES: dict[str, tuple[str, float | None]] = {
+    "copy": ("copy", None),
+    "interpolate": ("interpolate", None),
+    "hier0.1": ("hierarchical", 0.1),
+    "hier0.4": ("hierarchical", 0.4),
+}
+_NYSTROM = "nystrom"  # NystromAttention's landmarks with the text commands' conv kernel (text_attention)
+#: attention name -> spec text per layer group: one spec (every layer) or (spec, layers) pairs
+ATTENTIONS: dict[str, str | tuple[tuple[str, int], ...]] = {
+    "softmax": "softmax",
+    "nystrom": _NYSTROM,
+    "block512": "softmax,block_size=512",
+    "local-nystrom": (("longformer-511", 3), (_NYSTROM, 3)),  # a ±255 window below: no aliased copy in view
+}
+#: attentions whose variants count as long Nyström models (the ones trained after the screen)
+NYSTROM_ATTENTIONS = ("nystrom", "local-nystrom")
+SOURCE, CONTINUED, BASELINE_LONG = "source", "window-512-continued", "copy-nystrom"
+#: every name ``--variants`` takes
+TRAINABLE = (CONTINUED, *(f"{s}-{a}" for s in SCHEMES for a in ATTENTIONS))
+#: learning-rate factor of the parameters a conversion adds or changes (positions, a zero-started conv skip)
+NEW_LR_SCALE = 10.0
+NEW_PARAMS = ("*position_embeddings*", "*attention.conv.*")
+
+
+def variant_name(scheme: str, attention: str) -> str:
+    return f"{scheme}-{attention}"
+
+
+def split_variant(name: str) -> tuple[str, str]:
+    """``"hier0.4-local-nystrom"`` -> ``("hier0.4", "local-nystrom")``; raises for an unknown name."""
+    for scheme in SCHEMES:
+        if name.startswith(scheme + "-") and name[len(scheme) + 1 :] in ATTENTIONS:
+            return scheme, name[len(scheme) + 1 :]
+    raise ValueError(
+        f"unknown variant {name!r}: expected SCHEME-ATTENTION with {list(SCHEMES)} x {list(ATTENTIONS)}"
+    )
+
+
+@dataclass(frozen=True)
+class PositionsRun:
+    """Options of the experiment; every trained variant gets the same tokens, rate and schedule."""
+
+    corpus: tuple[str, ...]
+    out: Path = Path("experiments/long-context/positions")
+    source_length: int = 512
+    long_length: int = 4096
+    source_steps: int = 300
+    steps: int = 200
+    tokens_per_step: int = 4 * 4096
+    lr: float = 1e-4
+    warmup: int = 20
+    eval_every: int = 25
+    dev_fraction: float = 0.05
+    dupe_factor: int = 10
+    precision: str = "bf16"
+    seed: int = 0
+    train_variants: tuple[str, ...] = ()  # empty: copy-nystrom + the two best screened Nyström variants
+
+    def __post_init__(self) -> None:
+        for name in self.train_variants:
+            if name != CONTINUED:
+                split_variant(name)
+        for length in (self.source_length, self.long_length):
+            if self.tokens_per_step % length:
+                raise ValueError(f"tokens_per_step ({self.tokens_per_step}) must be a multiple of {length}")
+
+    @classmethod
+    def from_record(cls, data: dict) -> PositionsRun:
+        tuples = {k: tuple(data[k]) for k in ("corpus", "train_variants") if k in data}
+        return cls(**{**data, **tuples, "out": Path(data["out"])})
+
+    def record(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def length(self, variant: str) -> int:
+        return self.source_length if variant in (SOURCE, CONTINUED) else self.long_length
+
+    def model_dir(self, variant: str) -> Path:
+        """The folder a variant starts from (the source's: MiniLM with a fresh head)."""
+        if variant == CONTINUED:
+            return self.out / SOURCE / "model"
+        return self.out / "models" / ("source-start" if variant == SOURCE else variant)
+
+    def pretrain_args(self, variant: str, *, device: str = "auto") -> list[str]:
+        """The ``nystrom pretrain`` arguments that train ``variant``."""
+        length, source = self.length(variant), variant == SOURCE
+        args = [
+            "pretrain", "--init-from", str(self.model_dir(variant)), "--objective", "mlm",
+            "--corpus", *self.corpus, "--out", str(self.out / variant), "--max-length", str(length),
+            "--reference-length", str(self.long_length), "--batch-size", str(self.tokens_per_step // length),
+            "--steps", str(self.source_steps if source else self.steps), "--lr", str(self.lr),
+            "--warmup", str(self.warmup), "--eval-every", str(self.eval_every), "--eval-batches", "100000",
+            "--eval-at-start", "--dev-fraction", str(self.dev_fraction), "--dupe-factor", str(self.dupe_factor),
+            "--precision", self.precision, "--device", device,
+        ]  # fmt: skip
+        if source:
+            return [*args, "--seed", str(self.seed)]
+        args += ["--seed", str(self.seed + 1), "--dev-seed", str(self.seed)]
+        if variant != CONTINUED:
+            scale = [f"{glob}={NEW_LR_SCALE:g}" for glob in self.new_params(variant)]
+            args += ["--lr-scale", *scale]
+        return args
+
+    def new_params(self, variant: str) -> tuple[str, ...]:
+        """The globs of the parameters ``variant``'s conversion adds or changes (a conv only with Nyström)."""
+        _, attention = split_variant(variant)
+        return NEW_PARAMS if attention in NYSTROM_ATTENTIONS else NEW_PARAMS[:1]
+
+
+def attention_spec(name: str) -> dict[str, Any] | list[dict[str, Any]]:
+    """The attention ``to_long`` gets for ``ATTENTIONS[name]``: one dict, or one per layer."""
+    from nystrom_lab.text.models import text_attention
+
+    spec = ATTENTIONS[name]
+    if isinstance(spec, str):
+        return text_attention(spec)
+    return [text_attention(text) for text, layers in spec for _ in range(layers)]
+
+
+def build_long(run: PositionsRun, variant: str):
+    """``variant`` converted from the trained source (its MLM head kept), in eval mode."""
+    from nystrom.model import to_long
+
+    scheme, attention = split_variant(variant)
+    positions, alpha = SCHEMES[scheme]
+    return to_long(
+        run.out / SOURCE / "model", max_position_embeddings=run.long_length, attention=attention_spec(attention),
+        positions=positions, alpha=alpha, seed=run.seed,
+    )  # fmt: skip
+
+
+def prepare_source(run: PositionsRun) -> Path:
+    """MiniLM with a fresh MLM head (drawn from ``run.seed``), as the long-context experiment's window-512."""
+    folder = run.model_dir(SOURCE)
+    if (folder / "config.json").is_file():
+        return folder
+    from nystrom.model import NystromformerForMaskedLM, from_bert, minilm_path
+    from nystrom.model.long import fresh_mlm_head
+    from nystrom.model.transfer import transfer
+
+    bert = from_bert(minilm_path(), attention="softmax")
+    model = transfer(bert, NystromformerForMaskedLM, bert.config)
+    fresh_mlm_head(model, seed=run.seed)
+    return _save(model, folder, minilm_path() / "tokenizer.json")
+
+
+def prepare_variant(run: PositionsRun, variant: str) -> Path:
+    """``variant``'s starting folder (once): the trained source converted."""
+    folder = run.model_dir(variant)
+    if variant == CONTINUED or (folder / "config.json").is_file():
+        return folder
+    return _save(build_long(run, variant), folder, run.out / SOURCE / "model" / "tokenizer.json")
+
+
+def _save(model, folder: Path, tokenizer: Path) -> Path:
+    from nystrom.model import save_tokenizer
+
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    model.save_pretrained(tmp)
+    save_tokenizer(tokenizer, tmp, model_max_length=model.config.max_position_embeddings)
+    os.replace(tmp, folder)
+    return folder
+
+
+def train_variant(run: PositionsRun, variant: str, *, progress: bool = True, device: str = "auto") -> None:
+    """Train (or resume) ``variant`` in a child process; a finished one (``results.json``) is skipped."""
+    if (run.out / variant / "results.json").is_file():
+        return
+    if variant == SOURCE:
+        prepare_source(run)
+    else:
+        if not (run.out / SOURCE / "results.json").is_file():
+            raise FileNotFoundError(f"{run.out / SOURCE} has not finished: train the source first")
+        prepare_variant(run, variant)
+    cmd = [sys.executable, "-m", "nystrom_lab.cli", *run.pretrain_args(variant, device=device)]
+    if not progress:
+        cmd.append("--no-progress")
+    print(f"[long-positions] {variant}: {' '.join(cmd[3:])}", flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def chosen_variants(run: PositionsRun, step0: dict[str, dict]) -> tuple[str, ...]:
+    """What equal-budget training runs: ``window-512-continued``, ``copy-nystrom`` and the two screened
+    Nyström variants best at step 0 (overall dev MLM accuracy), unless ``run.train_variants`` names them."""
+    if run.train_variants:
+        return run.train_variants
+    nystrom = [
+        v
+        for v in step0
+        if v != BASELINE_LONG and v in _screened() and split_variant(v)[1] in NYSTROM_ATTENTIONS
+    ]
+    best = sorted(nystrom, key=lambda v: -step0[v]["mlm_acc"])[:2]
+    return (CONTINUED, BASELINE_LONG, *best)
+
+
+def _screened() -> tuple[str, ...]:
+    return tuple(variant_name(s, a) for s in SCHEMES for a in ATTENTIONS)
+
+
+def write_settings(run: PositionsRun) -> None:
+    run.out.mkdir(parents=True, exist_ok=True)
+    (run.out / "settings.json").write_text(json.dumps(run.record(), indent=2, sort_keys=True) + "\n")

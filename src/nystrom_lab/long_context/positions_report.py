@@ -1,0 +1,138 @@
+"""The report of ``nystrom pretrain long-positions``: ``results.json``, ``results.md`` and the figures.
+
+``results.json`` (issue #37's layout):
+
+- ``step0.{variant}.{mlm_acc, mlm_acc_by_bucket, mlm_loss}``: the screen (``source-512``: the source on
+  512-token windows of the same dev tokens);
+- ``variants.{name}.{final_mlm_acc, mlm_acc_by_bucket, tokens_seen, median_step_s, peak_mem_mb, attention,
+  positions, ...}`` for the source and every trained variant (``window-512-continued`` among them), with
+  their dev curves (every 25 steps, step 0 included);
+- ``genre.{run}.test_acc``: one entry per seed (once the genre stage has run);
+- ``settings`` and ``machine``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from nystrom_lab.long_context.positions import (
+    CONTINUED,
+    SCHEMES,
+    SOURCE,
+    PositionsRun,
+    attention_spec,
+    split_variant,
+)
+from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen
+from nystrom_lab.long_context.report import _machine, plot, summarise
+
+
+def trained(run: PositionsRun) -> list[str]:
+    """The variants with a training folder, the source and window-512-continued first."""
+    names = (
+        sorted(p.name for p in run.out.iterdir() if (p / "metrics.jsonl").is_file())
+        if run.out.is_dir()
+        else []
+    )
+    first = [n for n in (SOURCE, CONTINUED) if n in names]
+    return first + [n for n in names if n not in first]
+
+
+def describe(run: PositionsRun, variant: str) -> dict:
+    """``attention`` and ``positions`` of a variant, as results.json records them."""
+    if variant in (SOURCE, CONTINUED):
+        return {"attention": "softmax", "positions": f"source ({run.source_length} rows)"}
+    scheme, attention = split_variant(variant)
+    positions, alpha = SCHEMES[scheme]
+    return {
+        "attention": attention_spec(attention),
+        "positions": positions if alpha is None else f"{positions}, alpha {alpha}",
+    }
+
+
+def probe_in_child(run: PositionsRun, variant: str) -> dict:
+    """Training-step time and peak memory of ``variant`` (:func:`nystrom_lab.long_context.report.probe`) in a
+    fresh interpreter, so the peak is the variant's own; ``window-512-continued`` probes the source model."""
+    code = (
+        "import json, sys; from nystrom_lab.long_context.positions import PositionsRun;"
+        "from nystrom_lab.long_context.report import probe;"
+        "print(json.dumps(probe(PositionsRun.from_record(json.loads(sys.argv[1])), sys.argv[2])))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(run.record()), variant],
+                          check=True, capture_output=True, text=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_report(run: PositionsRun, *, probes: bool = True) -> dict:
+    """Gather the screen and every trained variant into ``OUT/results.json``, ``results.md`` and
+    ``curves.png``; probes already in an earlier results.json are kept unless ``probes``."""
+    path = run.out / "results.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    report = {
+        "settings": run.record(),
+        "step0": read_screen(run),
+        "variants": {},
+        "genre": old.get("genre", {}),
+    }
+    for variant in trained(run):
+        v = summarise(run, variant)
+        if not v:
+            continue
+        v["target_steps"] = run.source_steps if variant == SOURCE else run.steps
+        v.update(describe(run, variant))
+        finished = (run.out / variant / "results.json").is_file()
+        kept = (old.get("variants", {}).get(variant) or {}).get("probe")
+        v["probe"] = probe_in_child(run, variant) if probes and finished and variant != SOURCE else kept
+        v["peak_mem_mb"] = v["probe"]["peak_mem_mb"] if v["probe"] else None
+        report["variants"][variant] = v
+    report["machine"] = _machine()
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    if report["variants"]:
+        plot({"variants": report["variants"]}, run.out / "curves.png")
+    (run.out / "results.md").write_text(tables(report))
+    return report
+
+
+def _buckets(entries: dict) -> list[str]:
+    first = next(iter(entries.values()))["mlm_acc_by_bucket"]
+    return sorted(first, key=lambda b: int(b[1:].split(",")[0]))
+
+
+def tables(report: dict) -> str:
+    """Markdown: the step-0 screen against the source, then the trained variants at equal tokens."""
+    out = []
+    step0 = report["step0"]
+    if step0:
+        buckets = _buckets(step0)
+        src = step0.get(SOURCE_WINDOWS)
+        head = ["variant (step 0)", "overall", *buckets, "[0, 512) vs source"]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for name, v in step0.items():
+            gap = (
+                ""
+                if src is None
+                else f"{100 * (v['mlm_acc_by_bucket'][buckets[0]] - src['mlm_acc_by_bucket'][buckets[0]]):+.2f}"
+            )
+            cells = [
+                name,
+                f"{100 * v['mlm_acc']:.2f}",
+                *(f"{100 * v['mlm_acc_by_bucket'][b]:.2f}" for b in buckets),
+                gap,
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    variants = {k: v for k, v in report["variants"].items() if v}
+    if variants:
+        buckets = _buckets(variants)
+        head = ["variant", "positions", "steps", "tokens", "step 0", "final", *buckets, "s/step", "peak MB"]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for name, v in variants.items():
+            cells = [name, v["positions"], f"{v['steps']}/{v['target_steps']}", f"{v['tokens_seen'] / 1e6:.2f} M",
+                     f"{100 * v['initial_mlm_acc']:.2f}", f"{100 * v['final_mlm_acc']:.2f}",
+                     *(f"{100 * v['mlm_acc_by_bucket'][b]:.2f}" for b in buckets),
+                     f"{v['median_step_s']:.1f}" if v.get("median_step_s") else "-",
+                     f"{v['peak_mem_mb']:.0f}" if v.get("peak_mem_mb") else "-"]  # fmt: skip
+            out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n" if out else "nothing measured yet\n"

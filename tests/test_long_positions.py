@@ -1,0 +1,113 @@
+"""``nystrom pretrain long-positions`` (issue #37): the runs it launches, the variants it chooses after the
+screen, and the screen and report end to end on a tiny 6-layer model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, save_tokenizer
+from nystrom_lab.data.text import train_wordpiece
+from nystrom_lab.long_context.positions import CONTINUED, PositionsRun, chosen_variants, split_variant
+from nystrom_lab.long_context.positions_report import write_report
+from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, screen
+from nystrom_lab.text.pretrain_run import PretrainRun
+
+FIX = Path(__file__).parent / "fixtures" / "text" / "corpus"
+
+
+def arg(args: list[str], flag: str) -> str | None:
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def test_the_runs_it_launches():
+    run = PositionsRun(corpus=("c.txt",), out=Path("x"))
+    source = run.pretrain_args("source")
+    assert arg(source, "--max-length") == "512" and arg(source, "--batch-size") == "32"
+    assert arg(source, "--steps") == "300" and arg(source, "--seed") == "0" and "--dev-seed" not in source
+    cont = run.pretrain_args(CONTINUED)
+    assert arg(cont, "--init-from") == str(Path("x/source/model")) and arg(cont, "--steps") == "200"
+    assert (arg(cont, "--seed"), arg(cont, "--dev-seed")) == ("1", "0") and "--lr-scale" not in cont
+    nys = run.pretrain_args("hier0.4-nystrom")
+    assert arg(nys, "--max-length") == "4096" and arg(nys, "--batch-size") == "4"
+    assert nys[nys.index("--lr-scale") + 1 :][:2] == ["*position_embeddings*=10", "*attention.conv.*=10"]
+    soft = run.pretrain_args("copy-softmax")
+    assert soft[soft.index("--lr-scale") + 1 :] == ["*position_embeddings*=10"]  # no conv to scale
+    # every variant sees the same tokens: steps x tokens_per_step
+    assert int(arg(cont, "--batch-size")) * 512 == int(arg(nys, "--batch-size")) * 4096 == 16384
+
+
+def test_names_are_checked():
+    assert split_variant("hier0.4-local-nystrom") == ("hier0.4", "local-nystrom")
+    for bad in ("copy", "copy-flash", "tile-nystrom"):
+        with pytest.raises(ValueError, match="unknown variant"):
+            split_variant(bad)
+    with pytest.raises(ValueError, match="unknown variant"):
+        PositionsRun(corpus=("c",), train_variants=("copy-flash",))
+
+
+def test_training_takes_copy_and_the_two_best_screened_nystrom_variants():
+    step0 = {SOURCE_WINDOWS: {"mlm_acc": 0.5}, "copy-nystrom": {"mlm_acc": 0.9}, "copy-softmax": {"mlm_acc": 0.8},
+             "hier0.1-nystrom": {"mlm_acc": 0.2}, "hier0.4-nystrom": {"mlm_acc": 0.3},
+             "interpolate-local-nystrom": {"mlm_acc": 0.4}, "copy-block512": {"mlm_acc": 0.45}}  # fmt: skip
+    run = PositionsRun(corpus=("c",))
+    assert chosen_variants(run, step0) == (
+        CONTINUED,
+        "copy-nystrom",
+        "interpolate-local-nystrom",
+        "hier0.4-nystrom",
+    )
+    fixed = PositionsRun(corpus=("c",), train_variants=("hier0.1-nystrom",))
+    assert chosen_variants(fixed, step0) == ("hier0.1-nystrom",)
+
+
+def test_dev_seed_keeps_the_dev_masks_and_needs_mlm():
+    with pytest.raises(ValueError, match="--dev-seed applies to --objective mlm only"):
+        PretrainRun(corpus=("c",), out=Path("x"), objective="mlm+sop", dev_seed=0)
+
+
+@pytest.fixture
+def tiny_source(tmp_path):
+    """OUT/source/model: a 6-layer, 16-wide masked LM with 512 positions and a WordPiece; a 40-document corpus."""
+    text = "\n\n".join(p.read_text() for p in sorted(FIX.glob("*.txt")))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join([text] * 20))
+    tok = train_wordpiece([corpus], tmp_path / "tokenizer.json", vocab_size=200)
+    config = NystromformerConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=6, num_attention_heads=2,
+                                 intermediate_size=32, max_position_embeddings=512, attention="softmax", dropout=0.0)  # fmt: skip
+    torch.manual_seed(0)
+    out = tmp_path / "exp"
+    folder = out / "source" / "model"
+    NystromformerForMaskedLM(config).save_pretrained(folder)
+    save_tokenizer(tmp_path / "tokenizer.json", folder, model_max_length=512)
+    (out / "source" / "results.json").write_text("{}")
+    return PositionsRun(corpus=(str(corpus),), out=out, long_length=1024, tokens_per_step=2048, dev_fraction=0.1,
+                        precision="fp32")  # fmt: skip
+
+
+def test_screen_and_report_end_to_end(tiny_source):
+    run = tiny_source
+    variants = ("copy-block512", "copy-nystrom", "hier0.4-local-nystrom", "interpolate-softmax")
+    step0 = screen(run, variants, progress=False)
+    assert list(step0) == [
+        SOURCE_WINDOWS,
+        "copy-nystrom",
+        "copy-block512",
+        "interpolate-softmax",
+        "hier0.4-local-nystrom",
+    ]
+    for v in step0.values():
+        assert list(v["mlm_acc_by_bucket"]) == ["[0, 512)", "[512, 1024)"]
+        assert 0.0 <= v["mlm_acc"] <= 1.0 and v["mlm_loss"] > 0
+    stamp = (run.out / "screen" / "copy-nystrom.json").stat().st_mtime_ns
+    assert screen(run, variants, progress=False) == step0  # finished entries are read back, not recomputed
+    assert (run.out / "screen" / "copy-nystrom.json").stat().st_mtime_ns == stamp
+    report = write_report(run, probes=False)
+    assert set(report["step0"]) == set(step0) and report["variants"] == {}
+    saved = json.loads((run.out / "results.json").read_text())
+    assert saved["step0"]["copy-nystrom"]["mlm_acc"] == step0["copy-nystrom"]["mlm_acc"]
+    md = (run.out / "results.md").read_text()
+    assert "| copy-block512 |" in md and "[0, 512) vs source" in md
