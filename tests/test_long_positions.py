@@ -107,3 +107,42 @@ def test_screen_and_report_end_to_end(tiny_source):
     assert saved["step0"]["copy-nystrom"]["mlm_acc"] == step0["copy-nystrom"]["mlm_acc"]
     md = (run.out / "results.md").read_text()
     assert "| copy-block512 |" in md and "[0, 512) vs source" in md
+
+
+def test_genre_stage_picks_the_best_finished_long_nystrom_model_and_reports_per_seed(tmp_path):
+    from nystrom_lab.long_context.genre import run_dir
+    from nystrom_lab.long_context.positions_genre import best_long, run_genre, setups
+
+    run = PositionsRun(corpus=("c",), out=tmp_path)
+    with pytest.raises(FileNotFoundError, match="no long Nyström variant has finished"):
+        best_long(run)
+    variants = {"source": {"final_mlm_acc": 0.9, "finished": True}, CONTINUED: {"final_mlm_acc": 0.8, "finished": True},
+                "copy-softmax": {"final_mlm_acc": 0.7, "finished": True},
+                "hier0.4-nystrom": {"final_mlm_acc": 0.6, "finished": False},
+                "copy-nystrom": {"final_mlm_acc": 0.3, "finished": True},
+                "interpolate-local-nystrom": {"final_mlm_acc": 0.4, "finished": True}}  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps({"variants": variants}))
+    best = best_long(run)
+    assert best == "interpolate-local-nystrom"
+    assert setups(best) == {CONTINUED: (CONTINUED, 512), best: (best, 4096), f"{best}-first512": (best, 512)}
+    genres = tmp_path / "genres"
+    genres.mkdir()
+    labels = ["press", "fiction", "fiction", "learned"]
+    (genres / "test.csv").write_text(
+        "file,label,text\n" + "".join(f"c{i},{lab},x\n" for i, lab in enumerate(labels))
+    )
+    preds = {CONTINUED: ["fiction"] * 4, best: labels}
+    for seed in (0, 1):
+        for name, p in preds.items():
+            folder = run_dir(tmp_path, name, seed)
+            folder.mkdir(parents=True)
+            (folder / "predictions_test.tsv").write_text(
+                "index\tprediction\n" + "".join(f"{i}\t{x}\n" for i, x in enumerate(p))
+            )
+            (folder / "finetune_results.json").write_text(json.dumps(
+                {"test": {"macro_f1": 0.5}, "validation": {"accuracy": 0.6}, "loop": {"best_step": 3}}))  # fmt: skip
+    genre = run_genre(run, genres, seeds=(0, 1), train=False)
+    assert set(genre) == {CONTINUED, best}  # first512 runs not fine-tuned here
+    assert genre[best]["test_acc"] == [1.0, 1.0] and genre[CONTINUED]["test_acc"] == [0.5, 0.5]
+    assert genre[best]["press_recall"] == [1.0, 1.0] and genre[CONTINUED]["press_recall"] == [0.0, 0.0]
+    assert genre[best]["vs_window_512"][0]["accuracy_difference"] == 0.5

@@ -41,35 +41,45 @@ def run_dir(out: Path, name: str, seed: int) -> Path:
     return out / "genre" / f"{name}-seed{seed}"
 
 
-def finetune_args(out: Path, genres: Path, name: str, seed: int, *, device: str = "auto") -> list[str]:
-    """The ``nystrom finetune`` arguments of one run on ``device``."""
-    variant, length = GENRE_RUNS[name]
+def finetune_args(
+    out: Path, genres: Path, name: str, seed: int, *, device: str = "auto",
+    runs: dict[str, tuple[str, int]] = GENRE_RUNS, epochs: int = EPOCHS,
+) -> list[str]:  # fmt: skip
+    """The ``nystrom finetune`` arguments of one run on ``device``; ``runs``: run name -> (pre-trained
+    variant, a folder under ``out``, and tokens per document)."""
+    variant, length = runs[name]
     return [
         "finetune", "--init-from", str(out / variant), "--max-length", str(length), "--seed", str(seed),
         "--train-file", str(genres / "train.csv"), "--validation-file", str(genres / "validation.csv"),
         "--test-file", str(genres / "test.csv"), "--batch-size", str(BATCH), "--lr", str(LR),
-        "--epochs", str(EPOCHS), "--precision", PRECISION, "--device", device, "--no-progress",
+        "--epochs", str(epochs), "--precision", PRECISION, "--device", device, "--no-progress",
         "--out", str(run_dir(out, name, seed)),
     ]  # fmt: skip
 
 
 def train_genre(
-    out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,), names: tuple[str, ...] = tuple(GENRE_RUNS),
-    device: str = "auto",
-) -> None:
+    out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,), names: tuple[str, ...] | None = None,
+    device: str = "auto", runs: dict[str, tuple[str, int]] = GENRE_RUNS, epochs: int = EPOCHS,
+) -> None:  # fmt: skip
     """Fine-tune every (seed, run) not finished yet (``finetune_results.json``), each in a child process
     (an interrupted one resumes from its ``last`` checkpoint)."""
     missing = [p for p in (genres / f"{s}.csv" for s in ("train", "validation", "test")) if not p.is_file()]
     if missing:
-        raise FileNotFoundError(f"{missing[0]} not found: write the genre tables with `nystrom data brown DIR --genres`")
-    for variant in {GENRE_RUNS[n][0] for n in names}:
+        raise FileNotFoundError(
+            f"{missing[0]} not found: write the genre tables with `nystrom data brown DIR --genres`"
+        )
+    names = tuple(runs) if names is None else names
+    for variant in {runs[n][0] for n in names}:
         if not (out / variant / "results.json").is_file():
-            raise FileNotFoundError(f"{out / variant} has not finished pre-training: run `nystrom pretrain long-context` first")
+            raise FileNotFoundError(
+                f"{out / variant} has not finished pre-training: run `nystrom pretrain long-context` first"
+            )
     for seed in seeds:
         for name in names:
             if (run_dir(out, name, seed) / "finetune_results.json").is_file():
                 continue
-            cmd = [sys.executable, "-m", "nystrom_lab.cli", *finetune_args(out, genres, name, seed, device=device)]
+            args = finetune_args(out, genres, name, seed, device=device, runs=runs, epochs=epochs)
+            cmd = [sys.executable, "-m", "nystrom_lab.cli", *args]
             print(f"[long-context genre] {name} seed {seed}: {' '.join(cmd[3:])}", flush=True)
             subprocess.run(cmd, check=True)
 
@@ -93,13 +103,13 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def paired_bootstrap(a: list[bool], b: list[bool], *, samples: int = 10000, seed: int = 0) -> tuple[float, float]:
+def paired_bootstrap(
+    a: list[bool], b: list[bool], *, samples: int = 10000, seed: int = 0
+) -> tuple[float, float]:
     """95 % percentile interval of accuracy(a) − accuracy(b) over documents resampled with replacement."""
     rng = random.Random(seed)
     n = len(a)
-    diffs = sorted(
-        sum(a[i] - b[i] for i in (rng.randrange(n) for _ in range(n))) / n for _ in range(samples)
-    )
+    diffs = sorted(sum(a[i] - b[i] for i in (rng.randrange(n) for _ in range(n))) / n for _ in range(samples))
     return diffs[int(0.025 * samples)], diffs[int(0.975 * samples) - 1]
 
 
@@ -109,16 +119,24 @@ def _predictions(folder: Path) -> list[str]:
     return [r["prediction"] for r in sorted(rows, key=lambda r: int(r["index"]))]
 
 
-def genre_report(out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,)) -> dict:
+#: (results key, run, the run it is compared with): the whole-document run against its own first 512 tokens
+FIRST_512_PAIRS = (("vs_first_512_tokens", "nystrom-4096", "nystrom-4096-first512"),)
+
+
+def genre_report(
+    out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,), setups: dict[str, tuple[str, int]] = GENRE_RUNS,
+    baseline: str = BASELINE, pairs: tuple[tuple[str, str, str], ...] = FIRST_512_PAIRS, epochs: int = EPOCHS,
+) -> dict:  # fmt: skip
     """``out/genre/results.json`` and ``results.md``: per finished run its test accuracy (Wilson 95 %),
-    macro-F1 and per-label recall, and against window-512 on the same seed the McNemar test and the
-    paired bootstrap interval of the difference. Returns the report."""
+    macro-F1 and per-label recall, and against ``baseline`` (key ``vs_window_512``) and each of ``pairs``
+    (``setups``: run name -> (pre-trained variant, tokens per document))
+    on the same seed the McNemar test and the paired bootstrap interval of the difference."""
     with (genres / "test.csv").open(encoding="utf-8", newline="") as f:
         labels = [r["label"] for r in csv.DictReader(f)]
     runs: dict[str, dict] = {}
     right: dict[tuple[str, int], list[bool]] = {}
     for seed in seeds:
-        for name in GENRE_RUNS:
+        for name in setups:
             folder = run_dir(out, name, seed)
             if not (folder / "finetune_results.json").is_file():
                 continue
@@ -129,18 +147,21 @@ def genre_report(out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,)) -> d
             right[(name, seed)] = ok
             res = json.loads((folder / "finetune_results.json").read_text())
             lo, hi = wilson(sum(ok), len(ok))
-            recall = {c: sum(o for o, t in zip(ok, labels) if t == c) / labels.count(c) for c in sorted(set(labels))}
+            recall = {
+                c: sum(o for o, t in zip(ok, labels) if t == c) / labels.count(c) for c in sorted(set(labels))
+            }
             runs[f"{name}-seed{seed}"] = {
-                "run": name, "seed": seed, "tokens_per_document": GENRE_RUNS[name][1],
+                "run": name, "seed": seed, "tokens_per_document": setups[name][1],
                 "test_accuracy": sum(ok) / len(ok), "test_accuracy_ci95": [lo, hi],
                 "test_macro_f1": res["test"]["macro_f1"], "validation_accuracy": res["validation"]["accuracy"],
                 "recall_by_label": recall, "best_step": res["loop"]["best_step"],
                 "train_documents_cut": res.get("truncated", {}).get("train", {}).get("examples", 0),
             }  # fmt: skip
     for (name, seed), ok in right.items():  # paired: the same test documents
-        for key, other in (("vs_window_512", BASELINE), ("vs_first_512_tokens", "nystrom-4096-first512")):
+        against = [("vs_window_512", baseline)] + [(key, other) for key, run, other in pairs if run == name]
+        for key, other in against:
             base = right.get((other, seed))
-            if name == other or base is None or (key == "vs_first_512_tokens" and name != "nystrom-4096"):
+            if name == other or base is None:
                 continue
             only_a = sum(a and not b for a, b in zip(ok, base))
             only_b = sum(b and not a for a, b in zip(ok, base))
@@ -151,7 +172,7 @@ def genre_report(out: Path, genres: Path, *, seeds: tuple[int, ...] = (0,)) -> d
             }  # fmt: skip
     counts = {c: labels.count(c) for c in sorted(set(labels))}
     report = {"test_documents": len(labels), "test_labels": counts, "majority_accuracy": max(counts.values()) / len(labels),
-              "settings": {"batch": BATCH, "lr": LR, "epochs": EPOCHS, "precision": PRECISION}, "runs": runs}  # fmt: skip
+              "settings": {"batch": BATCH, "lr": LR, "epochs": epochs, "precision": PRECISION}, "runs": runs}  # fmt: skip
     folder = out / "genre"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").write_text(json.dumps(report, indent=2) + "\n")

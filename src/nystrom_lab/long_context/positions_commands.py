@@ -3,7 +3,7 @@ issue #37's experiment (:mod:`nystrom_lab.long_context.positions`), each stage r
 
 from __future__ import annotations
 
-STAGES = ("source", "screen", "train", "report")
+STAGES = ("source", "screen", "train", "report", "genre")
 
 
 def cmd_long_positions(args) -> int:
@@ -19,7 +19,13 @@ def cmd_long_positions(args) -> int:
     run = PositionsRun(corpus=tuple(args.corpus), out=args.out, steps=args.steps, source_steps=args.source_steps,
                        train_variants=tuple(args.variants or ()), seed=args.seed)  # fmt: skip
     write_settings(run)
-    stages = STAGES if "all" in args.stages else args.stages
+    stages = STAGES[:4] if "all" in args.stages else args.stages
+    if "genre" in stages and args.genres is None:
+        from nystrom_lab.argtypes import UsageError
+
+        raise UsageError(
+            "--stages genre needs --genres DIR (`nystrom data brown OUT --genres` writes OUT/genres)"
+        )
     progress = not args.no_progress
     if "source" in stages:
         train_variant(run, SOURCE, progress=progress, device=args.device)
@@ -32,10 +38,18 @@ def cmd_long_positions(args) -> int:
     if "report" in stages:
         from nystrom_lab.long_context.positions_report import write_report
 
-        report = write_report(run, probes=not args.no_probes)
+        write_report(run, probes=not args.no_probes)
         print((run.out / "results.md").read_text())
         print(f"results: {run.out / 'results.json'}, {run.out / 'results.md'}, {run.out / 'curves.png'}")
-        return 0 if report else 1
+    if "genre" in stages:
+        from nystrom_lab.long_context.positions_genre import run_genre
+        from nystrom_lab.long_context.positions_report import write_report
+
+        genre = run_genre(
+            run, args.genres, seeds=tuple(args.genre_seeds), epochs=args.genre_epochs, device=args.device
+        )
+        write_report(run, probes=False, genre=genre)
+        print((run.out / "genre" / "results.md").read_text())
     return 0
 
 
@@ -43,8 +57,9 @@ def register(sub) -> None:
     """``nystrom pretrain long-positions`` under the ``pretrain`` command's sub-parsers."""
     import argparse
 
-    from nystrom_lab.argtypes import add_device_option, output_dir, positive_int
+    from nystrom_lab.argtypes import add_device_option, existing_dir, output_dir, positive_int
     from nystrom_lab.long_context import positions
+    from nystrom_lab.long_context.positions_genre import GENRE_EPOCHS, GENRE_SEEDS
     from nystrom_lab.text.options import corpus
 
     d = positions.PositionsRun(corpus=("unused",))
@@ -57,7 +72,8 @@ def register(sub) -> None:
     c.add_argument("--out", type=output_dir, default=d.out, help=f"experiment folder (default {d.out})")
     c.add_argument(
         "--stages", nargs="+", choices=(*STAGES, "all"), default=["all"],
-        help="what to do, in this order: source (train it), screen (step 0), train (equal budget), report",
+        help="what to do, in this order: source (train it), screen (step 0), train (equal budget), report,"
+        " genre (fine-tune the best long model and window-512-continued; not part of all)",
     )  # fmt: skip
     c.add_argument(
         "--variants", nargs="+", metavar="NAME", choices=positions.TRAINABLE,
@@ -65,6 +81,23 @@ def register(sub) -> None:
         f" Nyström variants); names SCHEME-ATTENTION with SCHEME in {list(positions.SCHEMES)} and ATTENTION"
         f" in {list(positions.ATTENTIONS)}",
     )  # fmt: skip
+    c.add_argument(
+        "--genres", type=existing_dir, metavar="DIR",
+        help="stage genre: Brown genre tables (`nystrom data brown OUT --genres` writes OUT/genres)",
+    )  # fmt: skip
+    c.add_argument(
+        "--genre-seeds",
+        type=int,
+        nargs="+",
+        default=list(GENRE_SEEDS),
+        help="fine-tuning seeds (default 0 1 2)",
+    )
+    c.add_argument(
+        "--genre-epochs",
+        type=positive_int,
+        default=GENRE_EPOCHS,
+        help=f"fine-tuning epochs (default {GENRE_EPOCHS})",
+    )
     c.add_argument(
         "--source-steps", type=positive_int, default=d.source_steps, help=f"(default {d.source_steps})"
     )

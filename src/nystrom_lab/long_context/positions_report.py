@@ -65,9 +65,10 @@ def probe_in_child(run: PositionsRun, variant: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def write_report(run: PositionsRun, *, probes: bool = True) -> dict:
+def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None = None) -> dict:
     """Gather the screen and every trained variant into ``OUT/results.json``, ``results.md`` and
-    ``curves.png``; probes already in an earlier results.json are kept unless ``probes``."""
+    ``curves.png``; probes already in an earlier results.json are kept unless ``probes``, and so is its
+    ``genre`` unless a new one is given."""
     path = run.out / "results.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
     report = {
