@@ -29,21 +29,22 @@ def cmd_long_positions(args) -> int:
     progress = not args.no_progress
     if "source" in stages:
         train_variant(run, SOURCE, progress=progress, device=args.device)
+    from nystrom_lab.long_context.positions_report import write_report
+
     step0 = screen(run, progress=progress) if "screen" in stages else None
     if "train" in stages:
         from nystrom_lab.long_context.positions_screen import read_screen
 
+        write_report(run, probes=False)  # the screen's table now, not only after hours of training
         for variant in chosen_variants(run, step0 or read_screen(run)):
             train_variant(run, variant, progress=progress, device=args.device)
+            write_report(run, probes=False)
     if "report" in stages:
-        from nystrom_lab.long_context.positions_report import write_report
-
         write_report(run, probes=not args.no_probes)
         print((run.out / "results.md").read_text())
         print(f"results: {run.out / 'results.json'}, {run.out / 'results.md'}, {run.out / 'curves.png'}")
     if "genre" in stages:
         from nystrom_lab.long_context.positions_genre import run_genre
-        from nystrom_lab.long_context.positions_report import write_report
 
         genre = run_genre(
             run, args.genres, seeds=tuple(args.genre_seeds), epochs=args.genre_epochs, device=args.device
