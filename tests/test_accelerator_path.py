@@ -125,3 +125,44 @@ def test_sharing_is_per_mask_object_and_version():
     assert rel_err(b, segment_means(x, 4, other)[0]) == 0
     assert torch.equal(c, b)
     assert not torch.equal(a, b)
+
+
+def test_no_cpu_cache_blocking_on_the_accelerator_path(monkeypatch):
+    from nystrom.functional import conv, ffn
+
+    monkeypatch.setattr(ffn, "BLOCK_BYTES", 8)  # one row per block on CPU
+    monkeypatch.setattr(conv, "GROUP_BYTES", 8)  # one head per group on CPU
+    h = torch.randn(40, 6)
+    v = torch.randn(2, 4, 30, 8)
+    assert len(ffn._blocks(h)) == 40 and len(conv._head_groups(v)) == 4
+    with force_accelerator_path():
+        assert ffn._blocks(h) == [slice(0, 40)]
+        assert conv._head_groups(v) == [slice(0, 4)]
+        w = torch.randn(4, 5)
+        assert rel_err(conv.depthwise_seq_conv(v, w), conv.depthwise_seq_conv(v, w)) == 0
+
+
+def test_model_training_step_agrees_between_the_paths():
+    model = _model(layers=2)
+    ids = torch.randint(1, 50, (2, 30))
+    mask = right_pad_mask([30, 17], 30).long()
+    results = []
+    for forced in (False, True):
+        model.zero_grad()
+        with force_accelerator_path() if forced else torch.enable_grad():
+            out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            out[mask.bool()].square().sum().backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        results.append((out.detach()[mask.bool()], grads))
+        with torch.no_grad(), force_accelerator_path() if forced else torch.no_grad():
+            assert (
+                rel_err(
+                    model(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()], results[-1][0]
+                )
+                <= 1e-12
+            )
+    (cpu, cpu_g), (acc, acc_g) = results
+    assert rel_err(acc, cpu) <= 1e-12
+    assert len(acc_g) == len(cpu_g) > 10
+    for a, c in zip(acc_g, cpu_g):
+        assert rel_err(a, c) <= 1e-9
