@@ -92,3 +92,17 @@ def test_bench_launches_refuses_options_that_do_not_apply(tmp_path, capsys, extr
     assert main(["bench", "launches", "--out", str(tmp_path), *extra]) == 2
     assert says in capsys.readouterr().err
     assert not (tmp_path / "launches.json").exists()
+
+
+def test_issue_36_targets_for_the_minilm_size_model_on_the_accelerator_path():
+    """Ops per forward ≤ 0.5× transformers' Nystromformer, forward + backward ≤ 0.6×, no host sync
+    (a padding mask of ones, 4096 tokens: what the GPU path launches; see docs/gpu/launches.md)."""
+    ours, hf = measure("model-mask", "ours"), measure("model-mask", "hf")
+    assert (ours["forward"]["ops"], hf["forward"]["ops"]) == (170, 644)
+    assert (ours["forward_backward"]["ops"], hf["forward_backward"]["ops"]) == (944, 1698)
+    assert ours["forward"]["ops"] <= 0.5 * hf["forward"]["ops"]
+    assert ours["forward_backward"]["ops"] <= 0.6 * hf["forward_backward"]["ops"]
+    assert ours["forward_backward"]["host_syncs"] == 0
+    # what the mask determines is computed once per forward, not per layer (6 layers)
+    assert ours["forward"]["by_op"]["cumsum"] == 1
+    assert ours["forward"]["by_op"]["iterative_pinv"] == 6

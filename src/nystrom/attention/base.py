@@ -10,6 +10,8 @@ projection, the output projection, dropout and input validation, so every varian
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -25,7 +27,7 @@ from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
 from nystrom.functional.dense import dense_module
 from nystrom.functional.device import accelerator_path
 from nystrom.functional.dropout import Dropout
-from nystrom.functional.landmarks import shared
+from nystrom.functional.landmarks import shared, shared_landmarks
 from nystrom.functional.projection import project_heads
 
 
@@ -120,6 +122,12 @@ class AttentionBase(nn.Module):
         check_dtype_matches(x, self.qkv.weight)
         b, n, _ = x.shape
         mask = check_mask(mask, b, n, x.device)
+        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_landmarks(mask):
+            return self._forward(x, mask)
+
+    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        # Inside a shared_landmarks block (the model's, or one of its own): ~mask and what the core derives
+        # from the mask are computed once however often the layer uses them.
         if mask is not None:  # zeroed, not only masked later: 0 · NaN in the weight gradient would be NaN
             x = x.masked_fill(padding(mask)[..., None], 0)
         if self.recompute and torch.is_grad_enabled() and (x.requires_grad or self.qkv.weight.requires_grad):

@@ -27,20 +27,21 @@ from nystrom.functional.pinv import exact_pinv, iterative_pinv
 
 
 def _landmarks(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``w`` (b, m, n) times the rows of ``x`` (b, h, n, d) -> (b, h, m, d) contiguous, in w's dtype.
+    """``w`` (b, m, n) times the rows of ``x`` (b, h, n, d) -> (b, h, m, d) in w's dtype, a head view of
+    a (b, m, h, d) result.
 
     The (b, n, h·d) rows are a view for head views of a fused (b, n, 3, h, d) projection (the modules'
-    q, k, v): one GEMM for every head, and one small (m, h·d) copy into head-major order."""
+    q, k, v): one GEMM for every head. The result stays token-major: SDPA takes it as it is, and the
+    batched (b·h) product of the scores views it without a copy when b = 1 (and copies it otherwise)."""
     b, h, n, d = x.shape
     rows = x.transpose(1, 2).reshape(b, n, h * d).to(w.dtype)  # (b, n, h·d)
-    return torch.bmm(w, rows).view(b, -1, h, d).transpose(1, 2).contiguous()  # (b, h, m, d)
+    return torch.bmm(w, rows).view(b, -1, h, d).transpose(1, 2)  # (b, h, m, d)
 
 
 def _additive(keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """bool (b, k) -> (b, 1, 1, k) SDPA mask of 0 (kept) and -inf: a float mask needs no conversion op."""
-    return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(~keep, float("-inf"))[
-        :, None, None
-    ]
+    bias = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(~keep, float("-inf"))
+    return bias[:, None, None]  # (b, 1, 1, k)
 
 
 def _plan(mask, b, n, m, segments, scale, acc, device):
@@ -50,12 +51,15 @@ def _plan(mask, b, n, m, segments, scale, acc, device):
     return w * scale, w, valid
 
 
-def _empty_blocks(valid: torch.Tensor, m: int, dtype: torch.dtype):
-    """Masks that make A exact where landmarks are empty: their score columns (b, 1, 1, m) and the
-    identity block (b, 1, m, m) that replaces their rows and columns of A (its pseudo-inverse is itself)."""
+def _empty_blocks(valid: torch.Tensor, m: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """What makes A exact where landmarks are empty, as one select on the scores: ``pair`` (b, 1, m, m),
+    True where both landmarks are used, and the scores elsewhere (b, 1, m, m): −inf, except 0 on the
+    diagonal of an empty landmark's row. The softmax then gives the empty landmarks' columns 0 in every
+    used row and their rows e_i: A completed by an identity block, whose pseudo-inverse is itself."""
     pair = valid[:, None, :, None] & valid[:, None, None, :]  # (b, 1, m, m)
-    eye = torch.eye(m, dtype=dtype, device=valid.device)
-    return ~valid[:, None, None, :], pair, eye
+    diagonal = torch.eye(m, dtype=torch.bool, device=valid.device)
+    fill = torch.full(pair.shape, float("-inf"), dtype=dtype, device=valid.device)
+    return pair, fill.masked_fill_(diagonal & ~pair, 0.0)
 
 
 def nystrom_core(
@@ -83,27 +87,20 @@ def nystrom_core(
     check_finite("k at a real (unpadded) token", k_l)
     scores = q_l @ k_l.mT  # (b, h, m, m), already scaled
     if valid is not None:
-        cols, pair, eye = shared(
-            mask, ("empty-blocks", b, m, acc, q.device), lambda: _empty_blocks(valid, m, acc)
-        )
-        scores = scores.masked_fill(cols, float("-inf"))
-    a = torch.softmax(scores, -1)  # (b, h, m, m)
-    if valid is not None:
-        a = torch.where(pair, a, eye)  # identity block on empty landmarks
-    z = (
-        iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)
-    )  # (b, h, m, m)
-    key_mask = (
-        None if mask is None else shared(mask, ("keys", dtype, q.device), lambda: _additive(mask, dtype))
-    )
-    bv = F.scaled_dot_product_attention(
-        q_l.to(dtype), k, v, attn_mask=key_mask, scale=1.0
-    )  # (b, h, m, dv) B·V
+        blocks = ("empty-blocks", b, m, acc, q.device)
+        pair, fill = shared(mask, blocks, lambda: _empty_blocks(valid, m, acc))
+        scores = torch.where(pair, scores, fill)
+    a = torch.softmax(scores, -1)  # (b, h, m, m); an identity block on empty landmarks
+    z = iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)
+    key_mask = None
+    if mask is not None:
+        key_mask = shared(mask, ("keys", dtype, q.device), lambda: _additive(mask, dtype))  # (b, 1, 1, n)
+    bv = F.scaled_dot_product_attention(q_l.to(dtype), k, v, attn_mask=key_mask, scale=1.0)  # (b, h, m, dv)
     check_finite("v at a real (unpadded) token", bv)
     wv = (z @ bv.to(z.dtype)).to(dtype)  # (b, h, m, dv) A⁺·(B·V)
-    lmask = (
-        None
-        if valid is None
-        else shared(mask, ("landmarks", m, dtype, q.device), lambda: _additive(valid, dtype))
-    )
+    lmask = None
+    if valid is not None:
+        lmask = shared(
+            mask, ("landmarks", m, dtype, q.device), lambda: _additive(valid, dtype)
+        )  # (b, 1, 1, m)
     return F.scaled_dot_product_attention(q, k_l.to(dtype), wv, attn_mask=lmask, scale=scale)  # (b, h, n, dv)

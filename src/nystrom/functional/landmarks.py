@@ -46,7 +46,12 @@ def shared_landmarks(mask: torch.Tensor | None) -> Iterator[None]:
     the landmark assignment (and the masks derived from it) once and share it.
 
     A call with another mask, or after the mask was modified in place, computes its own: sharing never
-    changes a result, it only skips recomputing it. Not under ``torch.compile`` (the compiler dedupes)."""
+    changes a result, it only skips recomputing it. Not under ``torch.compile`` (the compiler dedupes).
+    Nested in a block for the same mask (a module inside a model), the outer block's memo is used."""
+    outer = _SHARED.get()
+    if outer is not None and outer.mask is mask and (mask is None or mask._version == outer.version):
+        yield
+        return
     token = _SHARED.set(_Shared(mask))
     try:
         yield

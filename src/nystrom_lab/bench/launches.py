@@ -129,7 +129,10 @@ class _FusedSDPA(torch.autograd.Function):
             counter.record("where (SDPA bool mask -> bias)")
         counter.record("_scaled_dot_product_efficient_attention")
         with counter.paused():
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+            math = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # (b, h, m, dv)
+            # CUDA's kernel writes a (b, m, h, dv) buffer and returns its head view: later ops see that layout
+            b, h, m, dv = math.shape
+            out = math.new_empty(b, m, h, dv).transpose(1, 2).copy_(math)
         ctx.save_for_backward(q, k, v, mask)
         ctx.scale = scale
         return out
