@@ -15,6 +15,7 @@ from nystrom_lab.docs.data import read_json
 
 DOC = "docs/gpu/launches.md"
 BEFORE = "docs/gpu/launches_before.json"
+AFTER = "docs/gpu/launches.json"
 
 
 def report(path: Path) -> str:
@@ -28,5 +29,7 @@ def compare(before: Path, after: Path) -> str:
 
 
 BLOCKS = [
+    Block(DOC, "launches-before-after", (BEFORE, AFTER), compare),
+    Block(DOC, "launches-after", (AFTER,), report),
     Block(DOC, "launches-before", (BEFORE,), report),
 ]
