@@ -166,3 +166,16 @@ def test_model_training_step_agrees_between_the_paths():
     assert len(acc_g) == len(cpu_g) > 10
     for a, c in zip(acc_g, cpu_g):
         assert rel_err(a, c) <= 1e-9
+
+
+def test_sharing_under_inference_mode_where_masks_keep_no_version_counter():
+    model = _model(layers=2)
+    ids = torch.randint(1, 50, (2, 30))
+    mask = right_pad_mask([30, 17], 30)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).last_hidden_state
+    for forced in (False, True):
+        with torch.inference_mode(), force_accelerator_path() if forced else torch.inference_mode():
+            inference_mask = mask.clone()  # an inference tensor: no version counter
+            got = model(input_ids=ids, attention_mask=inference_mask).last_hidden_state
+        assert rel_err(got[mask], want[mask]) <= 1e-12

@@ -26,12 +26,18 @@ from nystrom.functional.checks import check_choice, check_mask, check_positive_i
 T = TypeVar("T")
 
 
+def _version(mask: torch.Tensor | None) -> int | None:
+    """The mask's version counter (bumped by every in-place edit); None for no mask and for inference
+    tensors, which keep none (and cannot be edited in place outside inference mode)."""
+    return None if mask is None or mask.is_inference() else mask._version
+
+
 class _Shared:
     """What one :func:`shared_landmarks` block has computed for its mask."""
 
     def __init__(self, mask: torch.Tensor | None) -> None:
         self.mask = mask
-        self.version = None if mask is None else mask._version  # an in-place edit of the mask invalidates
+        self.version = _version(mask)  # an in-place edit of the mask invalidates
         self.memo: dict[Hashable, object] = {}
 
 
@@ -49,7 +55,7 @@ def shared_landmarks(mask: torch.Tensor | None) -> Iterator[None]:
     changes a result, it only skips recomputing it. Not under ``torch.compile`` (the compiler dedupes).
     Nested in a block for the same mask (a module inside a model), the outer block's memo is used."""
     outer = _SHARED.get()
-    if outer is not None and outer.mask is mask and (mask is None or mask._version == outer.version):
+    if outer is not None and outer.mask is mask and _version(mask) == outer.version:
         yield
         return
     token = _SHARED.set(_Shared(mask))
@@ -66,7 +72,7 @@ def shared(mask: torch.Tensor | None, key: Hashable, compute: Callable[[], T]) -
     block = _SHARED.get()
     if block is None or block.mask is not mask:
         return compute()
-    if mask is not None and mask._version != block.version:
+    if _version(mask) != block.version:
         return compute()
     if key not in block.memo:
         block.memo[key] = compute()

@@ -76,5 +76,5 @@ def triton_pinv(a: torch.Tensor, iterations: int, iterates: torch.Tensor) -> tor
     batch = a.numel() // (m * m)
     if batch:
         block = max(16, 1 << (m - 1).bit_length())
-        _kernel()[(batch,)](a, z, iterates, m, iterations, BLOCK=block, num_warps=4 if block <= 64 else 8)
+        _kernel()[(batch,)](a, z, iterates, m, iterations, BLOCK=block, num_warps=4 if block < 64 else 8)
     return z
