@@ -106,3 +106,22 @@ def test_issue_36_targets_for_the_minilm_size_model_on_the_accelerator_path():
     # what the mask determines is computed once per forward, not per layer (6 layers)
     assert ours["forward"]["by_op"]["cumsum"] == 1
     assert ours["forward"]["by_op"]["iterative_pinv"] == 6
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_the_gpu_check_refuses_without_cuda(tmp_path):
+    from nystrom_lab.bench import launches_gpu
+
+    with pytest.raises(SystemExit, match="CUDA"):
+        launches_gpu.main([str(tmp_path)])
+    assert not (tmp_path / "launches_gpu.json").exists()
+
+
+@pytest.mark.gpu
+def test_real_launches_of_our_module_on_cuda_have_no_host_sync():
+    from nystrom_lab.bench import launches_gpu
+
+    ours = launches_gpu.measure("module-mask", "ours", n=1024)
+    hf = launches_gpu.measure("module-mask", "hf", n=1024)
+    assert ours["forward"]["syncs"] == 0 and ours["forward_backward"]["syncs"] == 0
+    assert 0 < ours["forward"]["launches"] < hf["forward"]["launches"]

@@ -136,17 +136,13 @@ class AttentionBase(nn.Module):
                 self.out.weight, self.out.bias, attend=self.attend, heads=self.heads,
             )  # fmt: skip
         else:
-            y = dense_module(
-                self.out, self._attend(x, mask)
-            )  # the q/k/v tensor is released before out() runs
+            y = dense_module(self.out, self._attend(x, mask))  # the q/k/v tensor is released before out() runs  # fmt: skip
         return first_order_only(self.dropout(y), type(self).__name__)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
-        q, k, v = project_heads(
-            x, self.qkv.weight, self.qkv.bias, self.heads, self.dim_head
-        )  # (b, h, n, d) views
+        q, k, v = project_heads(x, self.qkv.weight, self.qkv.bias, self.heads, self.dim_head)  # (b, h, n, d) views  # fmt: skip
         return self.attend(q, k, v, mask, None if self.conv is None else self.conv.weight)
 
     def attend(
@@ -185,9 +181,8 @@ def add_conv_skip(o: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> tor
     added into ``o`` where o is the core's own fresh result (not sharing memory with v, hence with the
     q/k/v projection): no (b, h, n, d) conv tensor and no separate add (inference)."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling() or accelerator_path(v):  # dynamo: no storages
-        return o + conv_skip(
-            v, weight
-        )  # o first: the sum keeps o's (b, n, h, d) layout, the head merge is a view
+        # o first: the sum keeps o's (b, n, h, d) layout (SDPA's), so the head merge is a view
+        return o + conv_skip(v, weight)
     own = (
         o.dtype == v.dtype
         and o.shape == v.shape

@@ -68,13 +68,7 @@ class _FeedForward(torch.autograd.Function):
                 y[rows] = F.linear(_act(act, h[rows]), w2c, b2c)  # (c, e)
         ctx.save_for_backward(xc, h, w1c, w2c)
         ctx.act, ctx.shape = act, shape
-        ctx.dtypes = (
-            x.dtype,
-            w1.dtype,
-            None if b1 is None else b1.dtype,
-            w2.dtype,
-            None if b2 is None else b2.dtype,
-        )
+        ctx.dtypes = (x.dtype, w1.dtype, None if b1 is None else b1.dtype, w2.dtype, None if b2 is None else b2.dtype)  # fmt: skip
         return y.view(*shape[:-1], w2.shape[0])
 
     @staticmethod

@@ -53,20 +53,26 @@ def _module_call(side: str, *, n: int, masked: bool) -> Callable[[], torch.Tenso
     return lambda: attn(x, attention_mask=bias)[0]
 
 
+def ours_model(*, n: int):
+    """Our MiniLM-size :class:`~nystrom.model.NystromformerModel` (eval mode, on the current default device)."""
+    from nystrom.model import NystromformerConfig, NystromformerModel
+
+    s = MODEL
+    cfg = NystromformerConfig(
+        vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"], intermediate_size=s["ffn"], max_position_embeddings=n,
+        dropout=0.0, hidden_act="gelu",
+        attention={"name": "nystrom", "num_landmarks": s["m"], "conv_kernel_size": s["kernel"]},
+    )  # fmt: skip
+    return NystromformerModel(cfg).eval()
+
+
 def _model_call(side: str, *, n: int) -> Callable[[], torch.Tensor]:
     s = MODEL
     ids = torch.zeros(1, n, dtype=torch.long)  # (b, n)
     mask = torch.ones(1, n, dtype=torch.long)  # (b, n): transformers' 0/1 attention_mask, no padding
     if side == "ours":
-        from nystrom.model import NystromformerConfig, NystromformerModel
-
-        cfg = NystromformerConfig(
-            vocab_size=s["vocab"], hidden_size=s["hidden"], num_hidden_layers=s["layers"],
-            num_attention_heads=s["heads"], intermediate_size=s["ffn"], max_position_embeddings=n,
-            dropout=0.0, hidden_act="gelu",
-            attention={"name": "nystrom", "num_landmarks": s["m"], "conv_kernel_size": s["kernel"]},
-        )  # fmt: skip
-        model = NystromformerModel(cfg).eval()
+        model = ours_model(n=n)
     else:
         import transformers
 
@@ -76,17 +82,20 @@ def _model_call(side: str, *, n: int) -> Callable[[], torch.Tensor]:
     return lambda: model(input_ids=ids, attention_mask=mask).last_hidden_state
 
 
-def measure(case: str, side: str, *, n: int = N, device: str = "meta") -> dict:
-    """Op counts of one case and side: forward and forward + backward (see ``count_call``)."""
+def build(case: str, side: str, *, n: int = N, device: str = "meta") -> Callable[[], torch.Tensor]:
+    """One case's forward as a call on ``device`` (random weights, seeded)."""
     if case not in CASES or side not in SIDES:
         raise ValueError(f"case must be one of {CASES} and side one of {SIDES}, got {case!r}, {side!r}")
     torch.manual_seed(0)
     with torch.device(device):
         if case == "model-mask":
-            call = _model_call(side, n=n)
-        else:
-            call = _module_call(side, n=n, masked=case == "module-mask")
-    return count_call(call, backward=True)
+            return _model_call(side, n=n)
+        return _module_call(side, n=n, masked=case == "module-mask")
+
+
+def measure(case: str, side: str, *, n: int = N, device: str = "meta") -> dict:
+    """Op counts of one case and side: forward and forward + backward (see ``count_call``)."""
+    return count_call(build(case, side, n=n, device=device), backward=True)
 
 
 def measure_all(*, n: int = N, device: str = "meta") -> dict:
