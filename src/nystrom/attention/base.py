@@ -10,6 +10,8 @@ projection, the output projection, dropout and input validation, so every varian
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,7 +25,9 @@ from nystrom.functional.checks import (
 )
 from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
 from nystrom.functional.dense import dense_module
+from nystrom.functional.device import accelerator_path
 from nystrom.functional.dropout import Dropout
+from nystrom.functional.landmarks import shared, shared_landmarks
 from nystrom.functional.projection import project_heads
 
 
@@ -118,21 +122,27 @@ class AttentionBase(nn.Module):
         check_dtype_matches(x, self.qkv.weight)
         b, n, _ = x.shape
         mask = check_mask(mask, b, n, x.device)
+        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_landmarks(mask):
+            return self._forward(x, mask)
+
+    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        # Inside a shared_landmarks block (the model's, or one of its own): ~mask and what the core derives
+        # from the mask are computed once however often the layer uses them.
         if mask is not None:  # zeroed, not only masked later: 0 · NaN in the weight gradient would be NaN
-            x = x.masked_fill(~mask[..., None], 0)
+            x = x.masked_fill(padding(mask)[..., None], 0)
         if self.recompute and torch.is_grad_enabled() and (x.requires_grad or self.qkv.weight.requires_grad):
             y = recompute_attention(
                 x, mask, self.qkv.weight, self.qkv.bias, None if self.conv is None else self.conv.weight,
                 self.out.weight, self.out.bias, attend=self.attend, heads=self.heads,
             )  # fmt: skip
         else:
-            y = dense_module(self.out, self._attend(x, mask))  # the q/k/v tensor is released before out() runs
+            y = dense_module(self.out, self._attend(x, mask))  # the q/k/v tensor is released before out() runs  # fmt: skip
         return first_order_only(self.dropout(y), type(self).__name__)
 
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
-        q, k, v = project_heads(x, self.qkv.weight, self.qkv.bias, self.heads, self.dim_head)  # (b, h, n, d) views
+        q, k, v = project_heads(x, self.qkv.weight, self.qkv.bias, self.heads, self.dim_head)  # (b, h, n, d) views  # fmt: skip
         return self.attend(q, k, v, mask, None if self.conv is None else self.conv.weight)
 
     def attend(
@@ -148,7 +158,7 @@ class AttentionBase(nn.Module):
         o = self.core(q, k, v, mask)  # (b, g, n, d)
         if conv_weight is not None:
             if mask is not None:  # padding must not leak into real tokens through the conv
-                v = v.masked_fill(~mask[:, None, :, None], 0)
+                v = v.masked_fill(padding(mask)[:, None, :, None], 0)
             o = add_conv_skip(o, v, conv_weight)  # (b, g, n, d): o + self.conv(v)
         return o.transpose(1, 2).flatten(2)  # (b, n, g*d); a view when core wrote a (b, n, g, d) buffer
 
@@ -160,11 +170,18 @@ class AttentionBase(nn.Module):
         )
 
 
+def padding(mask: torch.Tensor) -> torch.Tensor:
+    """``~mask`` (b, n), True = padding; computed once per forward where the model shares its mask
+    (:func:`~nystrom.functional.landmarks.shared_landmarks`): every layer zeroes its input and its V with it."""
+    return shared(mask, "padding", lambda: ~mask)
+
+
 def add_conv_skip(o: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``o + conv_skip(v, weight)``, o and v (b, h, n, d). Without autograd, eagerly, the conv is added into
-    ``o`` where o is the core's own fresh result (not sharing memory with v, hence with the q/k/v
-    projection): no (b, h, n, d) conv tensor and no separate add (inference)."""
-    if torch.is_grad_enabled() or torch.compiler.is_compiling():  # checked first: dynamo cannot trace storages
+    """``o + conv_skip(v, weight)``, o and v (b, h, n, d). Without autograd, eagerly on CPU, the conv is
+    added into ``o`` where o is the core's own fresh result (not sharing memory with v, hence with the
+    q/k/v projection): no (b, h, n, d) conv tensor and no separate add (inference)."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling() or accelerator_path(v):  # dynamo: no storages
+        # o first: the sum keeps o's (b, n, h, d) layout (SDPA's), so the head merge is a view
         return o + conv_skip(v, weight)
     own = (
         o.dtype == v.dtype
@@ -180,7 +197,11 @@ def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     v (b, h, n, d), weight (h, 1, K, 1) -> (b, h, n, d) in v's dtype. Eagerly as banded GEMMs
     (:func:`depthwise_seq_conv`, faster on CPU); traced, as K shifted multiply-adds that the compiler
     fuses into one loop (the GEMMs' strided views, and inductor's CPU conv2d, would pin n to one value).
+    On the accelerator path, one ``F.conv2d`` (cuDNN's depthwise kernel; it wants a contiguous input).
     """
+    if accelerator_path(v) and not torch.compiler.is_compiling():
+        h, k = weight.shape[0], weight.shape[2]
+        return F.conv2d(v.contiguous(), weight.to(v.dtype), padding=(k // 2, 0), groups=h)  # (b, h, n, d)
     if not torch.compiler.is_compiling():
         return depthwise_seq_conv(v, weight)
     h, k, n = weight.shape[0], weight.shape[2], v.shape[2]

@@ -79,6 +79,7 @@ class NystromAttention(AttentionBase):
             pinv_iterations=self.pinv_iterations,
             pinv=self.pinv,
             pinv_init=self.pinv_init,
+            padded_finite=True,  # AttentionBase.forward zeroed x: padded q, k, v are the biases (finite)
         )
 
     def extra_repr(self) -> str:

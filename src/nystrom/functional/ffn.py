@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.functional.amp import autocast_enabled, autocast_off
+from nystrom.functional.device import accelerator_path
 from nystrom.functional.kernels_backward import range_chunks
 
 #: bytes of (c, f) activations per block
@@ -40,9 +41,14 @@ def _act_backward(name: str, grad: torch.Tensor, h: torch.Tensor) -> torch.Tenso
     return torch.ops.aten.gelu_backward(grad, h, approximate="tanh" if name == "gelu_new" else "none")
 
 
-def _blocks(h: torch.Tensor):
-    """Row slices of the (r, f) pre-activation ``h``, :data:`BLOCK_BYTES` of it each."""
-    return range_chunks(0, h.shape[0], h.shape[0], max(1, BLOCK_BYTES // (h.shape[1] * h.element_size())))
+def _blocks(h: torch.Tensor) -> list[slice]:
+    """Row slices of the (r, f) pre-activation ``h``, :data:`BLOCK_BYTES` of it each; on the accelerator
+    path all rows at once (the blocks keep CPU caches warm; on a GPU each would be more launches)."""
+    if accelerator_path(h):
+        return [slice(0, h.shape[0])]
+    return list(
+        range_chunks(0, h.shape[0], h.shape[0], max(1, BLOCK_BYTES // (h.shape[1] * h.element_size())))
+    )
 
 
 class _FeedForward(torch.autograd.Function):
@@ -52,13 +58,17 @@ class _FeedForward(torch.autograd.Function):
         xc = x.reshape(-1, shape[-1]).to(dtype)  # (r, e)
         w1c, w2c = w1.to(dtype), w2.to(dtype)
         h = F.linear(xc, w1c, None if b1 is None else b1.to(dtype))  # (r, f): kept for the backward
-        y = xc.new_empty(xc.shape[0], w2.shape[0])  # (r, e)
         b2c = None if b2 is None else b2.to(dtype)
-        for rows in _blocks(h):
-            y[rows] = F.linear(_act(act, h[rows]), w2c, b2c)  # (c, e)
+        blocks = _blocks(h)
+        if len(blocks) == 1:  # no block copies: the product is the result
+            y = F.linear(_act(act, h), w2c, b2c)  # (r, e)
+        else:
+            y = xc.new_empty(xc.shape[0], w2.shape[0])  # (r, e)
+            for rows in blocks:
+                y[rows] = F.linear(_act(act, h[rows]), w2c, b2c)  # (c, e)
         ctx.save_for_backward(xc, h, w1c, w2c)
         ctx.act, ctx.shape = act, shape
-        ctx.dtypes = (x.dtype, w1.dtype, None if b1 is None else b1.dtype, w2.dtype, None if b2 is None else b2.dtype)
+        ctx.dtypes = (x.dtype, w1.dtype, None if b1 is None else b1.dtype, w2.dtype, None if b2 is None else b2.dtype)  # fmt: skip
         return y.view(*shape[:-1], w2.shape[0])
 
     @staticmethod
@@ -69,6 +79,12 @@ class _FeedForward(torch.autograd.Function):
         need_x, need_w1, need_b1, need_w2, need_b2 = ctx.needs_input_grad[:5]
         acc = torch.promote_types(h.dtype, torch.float32)
         dy = dy.reshape(-1, dy.shape[-1]).to(h.dtype)  # (r, e)
+        cast = lambda t, dt: None if t is None else t.to(dt)  # noqa: E731
+        if len(_blocks(h)) == 1:
+            grads = _one_block_backward(ctx.act, dy, xc, h, w1c, w2c, ctx.needs_input_grad[:5], (tb1, tb2))
+            dx, dw1, db1, dw2, db2 = grads
+            dx = None if dx is None else dx.view(ctx.shape).to(tx)
+            return dx, cast(dw1, tw1), cast(db1, tb1), cast(dw2, tw2), cast(db2, tb2), None, None
         dx = torch.empty_like(xc) if need_x else None
         dw1 = torch.zeros(w1c.shape, dtype=acc, device=h.device) if need_w1 else None  # (f, e)
         dw2 = torch.zeros(w2c.shape, dtype=acc, device=h.device) if need_w2 else None  # (e, f)
@@ -87,9 +103,22 @@ class _FeedForward(torch.autograd.Function):
                 db1.add_(gh.sum(0))
             if dx is not None:
                 torch.mm(gh, w1c, out=dx[rows])  # (c, e)
-        cast = lambda t, dt: None if t is None else t.to(dt)  # noqa: E731
         dx = None if dx is None else dx.view(ctx.shape).to(tx)
         return dx, cast(dw1, tw1), cast(db1, tb1), cast(dw2, tw2), cast(db2, tb2), None, None
+
+
+def _one_block_backward(act, dy, xc, h, w1c, w2c, need, bias_dtypes):
+    """The backward with all rows in one block (the accelerator path): every gradient is one product or
+    sum written directly, none accumulated into a zeroed buffer. Returns ∂x, ∂W₁, ∂b₁, ∂W₂, ∂b₂ (or None)."""
+    need_x, need_w1, need_b1, need_w2, need_b2 = need
+    tb1, tb2 = bias_dtypes
+    dw2 = dy.mT @ _act(act, h) if need_w2 else None  # (e, f) ∂W₂ = ∂yᵀ·a, a recomputed
+    db2 = dy.sum(0) if need_b2 and tb2 is not None else None
+    gh = _act_backward(act, dy @ w2c, h)  # (r, f) ∂h = (∂y·W₂) ⊙ act′(h)
+    dw1 = gh.mT @ xc if need_w1 else None  # (f, e)
+    db1 = gh.sum(0) if need_b1 and tb1 is not None else None
+    dx = gh @ w1c if need_x else None  # (r, e)
+    return dx, dw1, db1, dw2, db2
 
 
 def _add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:

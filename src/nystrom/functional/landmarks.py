@@ -6,13 +6,78 @@ Landmark j of a sample is the mean of its real tokens whose rank r among the sam
 satisfies floor(r·m/L) = j. With no padding and m | n this is exactly the paper's contiguous
 segment-means; n need not divide by m; padding never enters a landmark; when L ≤ m every real token is
 its own landmark and the landmarks no token maps to are reported as invalid in the landmark mask.
+
+The assignment depends on the mask only, so a model computes it once per forward for all its layers:
+inside :func:`shared_landmarks` (``Encoder.forward`` opens it) every call with that very mask object
+reuses what the first one computed (on a GPU it is a dozen launches per layer otherwise).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Callable, Hashable, Iterator
+from typing import TypeVar
+
 import torch
 
 from nystrom.functional.checks import check_choice, check_mask, check_positive_int, rejects_key_padding_mask
+
+T = TypeVar("T")
+
+
+def _version(mask: torch.Tensor | None) -> int | None:
+    """The mask's version counter (bumped by every in-place edit); None for no mask and for inference
+    tensors, which keep none (and cannot be edited in place outside inference mode)."""
+    return None if mask is None or mask.is_inference() else mask._version
+
+
+class _Shared:
+    """What one :func:`shared_landmarks` block has computed for its mask."""
+
+    def __init__(self, mask: torch.Tensor | None) -> None:
+        self.mask = mask
+        self.version = _version(mask)  # an in-place edit of the mask invalidates
+        self.memo: dict[Hashable, object] = {}
+
+
+_SHARED: contextvars.ContextVar[_Shared | None] = contextvars.ContextVar(
+    "nystrom_shared_landmarks", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_landmarks(mask: torch.Tensor | None) -> Iterator[None]:
+    """Within the block, Nyström calls whose ``mask`` is this very object (``None``: no padding) compute
+    the landmark assignment (and the masks derived from it) once and share it.
+
+    A call with another mask, or after the mask was modified in place, computes its own: sharing never
+    changes a result, it only skips recomputing it. Not under ``torch.compile`` (the compiler dedupes).
+    Nested in a block for the same mask (a module inside a model), the outer block's memo is used."""
+    outer = _SHARED.get()
+    if outer is not None and outer.mask is mask and _version(mask) == outer.version:
+        yield
+        return
+    token = _SHARED.set(_Shared(mask))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def shared(mask: torch.Tensor | None, key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()``, once per :func:`shared_landmarks` block for ``mask`` and ``key``; outside one, every time."""
+    if torch.compiler.is_compiling():  # checked first: dynamo cannot trace a ContextVar
+        return compute()
+    block = _SHARED.get()
+    if block is None or block.mask is not mask:
+        return compute()
+    if _version(mask) != block.version:
+        return compute()
+    if key not in block.memo:
+        block.memo[key] = compute()
+    return block.memo[key]  # type: ignore[return-value]
+
 
 SEGMENTS = ("balanced", "front_padded")
 
@@ -63,15 +128,53 @@ def _segment_means(
         tokens = x.transpose(1, 2).unflatten(1, (m, n // m))  # (b, m, l, h, d)
         means = tokens.mean(2, dtype=acc_dtype).transpose(1, 2)  # (b, h, m, d)
         return means, torch.ones(b, m, dtype=torch.bool, device=x.device)
-    seg, counts = landmark_assignment(mask, b, n, m, x.device, segments=segments)
+    index, divisor, valid = shared(
+        mask,
+        ("rows", b, n, m, segments, acc_dtype, x.device),
+        lambda: _row_plan(mask, b, n, m, x.device, segments, acc_dtype),
+    )
     # Rows of (b·n, h·d) are contiguous runs for both (b, h, n, d) tensors and head views of a fused
     # (b, n, 3, h, d) projection, so this reshape is usually a view and index_add_ streams whole rows.
     rows = x.permute(0, 2, 1, 3).reshape(b * n, h * d).to(acc_dtype)  # (b·n, h·d)
-    index = (seg + torch.arange(b, device=x.device)[:, None] * (m + 1)).reshape(-1)  # (b·n,)
     sums = rows.new_zeros(b * (m + 1), h * d).index_add_(0, index, rows)  # (b·(m+1), h·d)
     sums = sums.view(b, m + 1, h, d)[:, :m].permute(0, 2, 1, 3)  # (b, h, m, d)
-    means = sums / counts.clamp(min=1).to(acc_dtype)[:, None, :, None]  # empty landmarks stay 0
-    return means, counts > 0
+    return sums / divisor, valid  # empty landmarks stay 0
+
+
+def _row_plan(mask, b, n, m, device, segments, acc_dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """index (b·n,) of every token's row in (b·(m+1)) sums, divisor (b, 1, m, 1) and valid (b, m)."""
+    seg, counts = landmark_assignment(mask, b, n, m, device, segments=segments)
+    index = (seg + torch.arange(b, device=device)[:, None] * (m + 1)).reshape(-1)  # (b·n,)
+    return index, counts.clamp(min=1).to(acc_dtype)[:, None, :, None], counts > 0
+
+
+def averaging_weights(
+    mask: torch.Tensor | None,
+    b: int,
+    n: int,
+    m: int,
+    device: torch.device,
+    *,
+    segments: str,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The segment means as a product: ``W`` (b, m, n) with ``W @ x_rows`` the landmarks, and valid (b, m)
+    (None when every landmark is known to be used without looking at values: no mask and n ≥ m).
+
+    Row j of W holds 1/count_j at the real tokens of landmark j and 0 elsewhere. Why a product on the
+    accelerator path: one GEMM per tensor for any mask, instead of a zeroed buffer, an index_add_ and a
+    division; W is m·n floats per sample, computed once per forward (:func:`shared_landmarks`).
+    """
+    if mask is None and n % m == 0:  # contiguous runs of n/m tokens: a banded W, no index arithmetic
+        seg = torch.arange(n, device=device) // (n // m)  # (n,)
+        w = (seg == torch.arange(m, device=device)[:, None]).to(dtype).div_(n // m)  # (m, n)
+        return w.expand(b, m, n), None
+    seg, counts = landmark_assignment(mask, b, n, m, device, segments=segments)  # (b, n), (b, m)
+    onehot = (
+        seg[:, None, :] == torch.arange(m, device=device)[None, :, None]
+    )  # (b, m, n); padding (m) nowhere
+    w = onehot.to(dtype) / counts.clamp(min=1).to(dtype)[:, :, None]  # (b, m, n)
+    return w, (None if mask is None and n >= m else counts > 0)
 
 
 @rejects_key_padding_mask

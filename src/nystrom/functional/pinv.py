@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 
 from nystrom.functional.checks import check_choice, check_positive_int
+from nystrom.functional.device import accelerator_path
+from nystrom.functional.pinv_op import reference_pinv
 
 PINV_INITS = ("per_matrix", "original")
 
@@ -39,19 +41,9 @@ def iterative_pinv(a: torch.Tensor, iterations: int = 6, init: str = "per_matrix
     check_positive_int("iterations", iterations, minimum=0)
     check_choice("init", init, PINV_INITS)
     a = a.to(_work_dtype(a.dtype))
-    absa = a.abs()
-    norm_1 = absa.sum(-2).amax(-1)  # (...,) max column sum
-    norm_inf = absa.sum(-1).amax(-1)  # (...,) max row sum
-    if init == "per_matrix":
-        denom = (norm_1 * norm_inf)[..., None, None]  # (..., 1, 1)
-    else:
-        denom = norm_1.max() * norm_inf.max()  # one scalar for the whole batch (the public codes' fault)
-    z = a.mT / denom  # (..., m, m)
-    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-    for _ in range(iterations):
-        az = a @ z
-        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
-    return z
+    if accelerator_path(a):  # one launch (Triton on CUDA) and a written-out backward: pinv_op.py
+        return torch.ops.nystrom.iterative_pinv(a, iterations, init == "per_matrix")[0]
+    return reference_pinv(a, iterations, init == "per_matrix")  # CPU: plain ops, no op dispatch or iterates
 
 
 def exact_pinv(a: torch.Tensor) -> torch.Tensor:

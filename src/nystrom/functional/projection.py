@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.functional.dense import dense, fuses
+from nystrom.functional.device import accelerator_path
 
 
 def split_heads(
@@ -31,8 +32,10 @@ def project_heads(
     ``split_heads(F.linear(x, weight, bias), h, d)``; eagerly the backward multiplies each of ∂q, ∂k, ∂v
     with its third of the weight where it lies, instead of first copying the three into one
     (b, n, 3·h·d) gradient (one write and one read of 3 (b, n, e) tensors less, and no such buffer).
+    On the accelerator path autograd's linear backward instead: three GEMM-and-copy slices are more
+    launches than one stacked gradient.
     """
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or accelerator_path(x):  # autograd's backward: 5 launches, not 17
         return split_heads(F.linear(x, weight, bias), heads, dim_head)
     if fuses(x, weight, bias):  # inference: oneDNN's GEMM with the bias inside (functional/dense.py)
         return split_heads(dense(x, weight, bias), heads, dim_head)

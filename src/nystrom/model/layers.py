@@ -14,6 +14,7 @@ from torch import nn
 from nystrom.functional.attention import nystrom_factors
 from nystrom.functional.checks import value_checks_enabled
 from nystrom.functional.dense import dense_module
+from nystrom.functional.device import accelerator_path
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.ffn import feed_forward
 from nystrom.functional.kernels_backward import range_chunks
@@ -147,11 +148,12 @@ class FeedForward(nn.Module):
         buffers are reused instead of fresh pages (glibc maps every block of ≥ 32 MiB anew and
         page-faults it: at n = 16384 the FFN's (n, f) bias copy and GELU measured 2–3× slower than the
         same work in blocks). Same values as the unblocked path (row-wise maths)."""
+
         def sublayer(t: torch.Tensor) -> torch.Tensor:
             return t + self(norm(t)) if pre_norm else norm(t + self(t))
 
-        if torch.is_grad_enabled() or torch.compiler.is_compiling():
-            return sublayer(x)
+        if torch.is_grad_enabled() or torch.compiler.is_compiling() or accelerator_path(x):
+            return sublayer(x)  # on the accelerator path blocks would only add launches
         rows = x.reshape(-1, x.shape[-1])  # (b·n, e)
         out = torch.empty_like(rows)
         step = max(1, FFN_BLOCK_BYTES // (self.dense_in.out_features * rows.element_size()))

@@ -9,6 +9,7 @@ Blocks are post-LN (BERT, HF checkpoints: ``x = LN(x + attn(x))``) or pre-LN (of
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import ClassVar
 
@@ -19,6 +20,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from nystrom.functional.landmarks import shared_landmarks
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.layers import (
     Embeddings,
@@ -76,12 +78,14 @@ class Encoder(nn.Module):
         """(b, n, e) -> last hidden state, the inputs of every layer + the output, every layer's weights."""
         states: list[torch.Tensor] = []
         weights: list[torch.Tensor] = []
-        for layer in self.layers:
-            if output_hidden_states:  # only then: each kept input is a (b, n, e) tensor alive to the end
-                states.append(x)
-            x, probs = layer(x, mask, output_attentions)  # (b, n, e)
-            if probs is not None:
-                weights.append(probs)
+        # What the mask determines (landmark assignment, additive masks) is computed once for all layers.
+        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_landmarks(mask):
+            for layer in self.layers:
+                if output_hidden_states:  # only then: each kept input is a (b, n, e) tensor alive to the end
+                    states.append(x)
+                x, probs = layer(x, mask, output_attentions)  # (b, n, e)
+                if probs is not None:
+                    weights.append(probs)
         if self.final_norm is not None:
             x = self.final_norm(x)
         states.append(x)

@@ -55,6 +55,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         "core": (*_TABLE1_ONLY, *_TRAINING_ONLY, *MODELS_ONLY),
         "training": (*_NOT_TRAINING, *MODELS_ONLY),
         "models": (*(o for o in _NOT_TRAINING if o not in ("lengths", "device", "threads")), *_TRAINING_ONLY),
+        "launches": (*(o for o in _NOT_TRAINING if o != "lengths"), *_TRAINING_ONLY, *MODELS_ONLY, "repeats"),
     }[args.suite]
     given = [f"--{o.replace('_', '-')}" for o in wrong if getattr(args, o) not in (None, False)]
     if args.suite == "training" and args.dtype != "float32":
@@ -67,6 +68,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from nystrom_lab.bench.models_commands import cmd
 
         return cmd(args)
+    if args.suite == "launches":
+        return _bench_launches(args)
     markdown = None if args.no_markdown else args.out / "benchmarks.md"
     if args.suite == "core":
         return _bench_core(args, markdown)
@@ -100,6 +103,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         raise UsageError(str(err)) from err  # option values the parser could not check
+    return 0
+
+
+def _bench_launches(args: argparse.Namespace) -> int:
+    """Ops dispatched per forward and forward + backward on the meta device, ours vs HF (issue #36)."""
+    if args.device != "auto" or args.dtype != "float32" or args.quick:
+        raise UsageError("nystrom bench launches counts float32 ops on the meta device (the accelerator path):"
+                         " --device, --dtype and --quick do not apply")  # fmt: skip
+    lengths = or_default(args.lengths, (4096,))
+    if len(lengths) != 1:
+        raise UsageError(f"nystrom bench launches counts one length at a time, got --lengths {lengths}")
+    from nystrom_lab.bench.launches_cases import run
+
+    report = run(n=lengths[0], out_dir=args.out)
+    print((args.out / "launches.md").read_text(), end="")
+    print(f"data: {args.out / 'launches.json'} (commit {report['commit']})")
     return 0
 
 
@@ -185,9 +204,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "backward and peak memory of one layer in the paper's and TransMIL's regimes, and one ListOps "
         "training step, ours vs HuggingFace, lucidrains and SDPA (interleaved rounds). models: whole encoders "
         "(ours Nyström/exact vs transformers' Nystromformer, Longformer, BigBird, BERT), inference and a "
-        "training step at 512-16K tokens.",
+        "training step at 512-16K tokens. launches: ops dispatched per forward and forward + backward on "
+        "the meta device (a CPU proxy for GPU kernel launches), ours vs transformers' Nystromformer.",
     )
-    b.add_argument("suite", nargs="?", default="table1", choices=("table1", "core", "training", "models"))
+    b.add_argument(
+        "suite", nargs="?", default="table1", choices=("table1", "core", "training", "models", "launches")
+    )
     b.add_argument(
         "--lengths", type=positive_ints, help="comma-separated n (table1: 512..16384; core: 512..65536)"
     )

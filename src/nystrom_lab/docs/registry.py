@@ -6,12 +6,20 @@ same blocks, and a reader can look up what any measured table rests on.
 
 from __future__ import annotations
 
-from nystrom_lab.docs import blocks_bench, blocks_cpu, blocks_models, blocks_results, blocks_text
+from nystrom_lab.docs import (
+    blocks_bench,
+    blocks_cpu,
+    blocks_launches,
+    blocks_models,
+    blocks_results,
+    blocks_text,
+)
 from nystrom_lab.docs.block import Block
 
 BLOCKS: list[Block] = [
     *blocks_bench.BLOCKS,
     *blocks_cpu.BLOCKS,
+    *blocks_launches.BLOCKS,
     *blocks_models.BLOCKS,
     *blocks_results.BLOCKS,
     *blocks_text.BLOCKS,

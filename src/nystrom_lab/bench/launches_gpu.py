@@ -1,0 +1,107 @@
+"""Issue #36's GPU check in one command, for a lent GPU machine: the launch work's ``gpu`` tests, and the
+real kernel launches and forward times of ``nystrom bench launches``' cases (to check the meta-device
+counts of docs/gpu/launches.md).
+
+``PYTHONPATH=src:tests python3 -m nystrom_lab.bench.launches_gpu OUT [n]`` (about 3 minutes) writes
+``OUT/gpu_tests.txt`` (``pytest -m gpu`` of the Triton pinv, CUDA graphs and the GPU suite) and
+``OUT/launches_gpu.json``: versions, and per case and side the CUDA launches (runtime/driver launch
+calls seen by ``torch.profiler``: kernels, memsets, copies, graph launches) and host syncs of one forward
+and of a forward + backward, the median inference forward in ms (CUDA events), and our model's forward
+replayed as a CUDA graph (``GraphedForward``). Needs CUDA (refuses otherwise).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from nystrom_lab.bench.launches_cases import CASES, SIDES, N, build, ours_model
+
+#: profiler event names of host calls that start device work, and of those that wait for the device
+LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
+            "cudaMemsetAsync", "cudaMemcpyAsync")  # fmt: skip
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
+
+
+def host_calls(fn: Callable[[], object]) -> dict[str, int]:
+    """Launch and sync calls of one ``fn()`` (the device is idle before and after)."""
+    torch.cuda.synchronize()
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        fn()
+    torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    return {"launches": sum(n in LAUNCHES for n in names), "syncs": sum(n in SYNCS for n in names)}
+
+
+def time_ms(fn: Callable[[], object], *, repeats: int = 20) -> float:
+    """Median milliseconds of ``fn()`` on the current stream (after 3 warm-up calls)."""
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def measure(case: str, side: str, *, n: int) -> dict:
+    """Launches and syncs of one forward (grad mode, as the meta counts) and forward + backward, and the
+    inference forward's time."""
+    call = build(case, side, n=n, device="cuda")
+    grad = torch.ones_like(call())  # the first call's one-time work (cuBLAS, Triton) stays out of the counts
+    result = {"forward": host_calls(call), "forward_backward": host_calls(lambda: call().backward(grad))}
+    with torch.inference_mode():
+        result["forward_ms"] = time_ms(call)
+    return result
+
+
+def graphed_forward_ms(*, n: int) -> float:
+    """Our MiniLM-size model's inference forward replayed as one CUDA graph (a padding mask of ones)."""
+    from nystrom.model.graphs import GraphedForward
+
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = ours_model(n=n)
+        ids, mask = torch.zeros(1, n, dtype=torch.long), torch.ones(1, n, dtype=torch.long)
+    run = GraphedForward(
+        model, lambda i, m: model(input_ids=i, attention_mask=m).last_hidden_state, buckets=(n,)
+    )
+    with torch.inference_mode():
+        return time_ms(lambda: run(ids, mask))
+
+
+def main(argv: list[str]) -> int:
+    if not torch.cuda.is_available():
+        raise SystemExit("launches_gpu needs a CUDA GPU")
+    out = Path(argv[0])
+    n = int(argv[1]) if len(argv) > 1 else N
+    out.mkdir(parents=True, exist_ok=True)
+    tests = ["tests/test_pinv_op.py", "tests/test_graphs.py", "tests/test_gpu.py", "tests/test_launches.py"]
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rA", "-p", "no:cacheprovider", *tests],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    (out / "gpu_tests.txt").write_text(done.stdout[-20000:] + done.stderr[-5000:], encoding="utf-8")
+    print(done.stdout[-3000:])
+    triton = importlib.util.find_spec("triton") is not None
+    report = {"n": n, "device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+              "triton": triton, "gpu_tests_rc": done.returncode,
+              "cases": {case: {side: measure(case, side, n=n) for side in SIDES} for case in CASES}}  # fmt: skip
+    report["ours_model_graphed_forward_ms"] = graphed_forward_ms(n=n)
+    (out / "launches_gpu.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
