@@ -84,3 +84,20 @@ def test_to_long_with_one_attention_per_layer_keeps_the_lower_layers_exact(tmp_p
     ids = torch.randint(3, 50, (2, 16))  # n = m and the exact pinv: Nyström is softmax here
     with torch.no_grad():
         torch.testing.assert_close(long(ids).logits, hf(ids).logits, rtol=0, atol=1e-4)
+
+
+def test_layers_with_different_landmark_counts_share_no_wrong_assignment():
+    """The encoder shares each mask's landmark plan across layers (issue #36); layers with other m must
+    each get their own: the model equals its layers run one by one outside any shared block."""
+    layers = [{"name": "nystrom", "num_landmarks": m, "conv_kernel_size": 3} for m in (4, 8, 4)]
+    torch.manual_seed(0)
+    model = NystromformerModel(NystromformerConfig(**TINY, attention=layers)).eval()
+    ids = torch.randint(3, 50, (2, 40))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, 29:] = 0
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask).last_hidden_state
+        x = model.embeddings(model.embeddings.word_embeddings(ids))
+        for layer in model.encoder.layers:
+            x, _ = layer(x, mask.bool())
+    torch.testing.assert_close(out[mask.bool()], x[mask.bool()], rtol=0, atol=1e-6)
