@@ -75,9 +75,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return _bench_core(args, markdown)
     if args.suite == "training":
         return _bench_training(args, markdown)
-    from nystrom_lab.bench.table1 import LENGTHS, METHODS, QUICK_LENGTHS, run
+    from nystrom_lab.bench.table1 import DEFAULT_METHODS, LENGTHS, METHODS, QUICK_LENGTHS, run
 
-    methods = or_default(args.methods, tuple(METHODS))
+    methods = or_default(args.methods, DEFAULT_METHODS)
     bad = [m for m in methods if m not in METHODS]
     if bad:
         raise UsageError(f"--methods: unknown {bad}; choose from {list(METHODS)}")

@@ -2,7 +2,7 @@
 real kernel launches and forward times of ``nystrom bench launches``' cases (to check the meta-device
 counts of docs/gpu/launches.md).
 
-``PYTHONPATH=src:tests python3 -m nystrom_lab.bench.launches_gpu OUT [n]`` (about 3 minutes) writes
+``PYTHONPATH=src:tests python3 -m nystrom_lab.bench.launches_gpu OUT [n] [--no-tests]`` (about 3 minutes) writes
 ``OUT/gpu_tests.txt`` (``pytest -m gpu`` of the Triton pinv, CUDA graphs and the GPU suite) and
 ``OUT/launches_gpu.json``: versions, and per case and side the CUDA launches (runtime/driver launch
 calls seen by ``torch.profiler``: kernels, memsets, copies, graph launches) and host syncs of one forward
@@ -82,17 +82,28 @@ def graphed_forward_ms(*, n: int) -> float:
         return time_ms(lambda: run(ids, mask))
 
 
+#: the ``gpu`` tests of the launch work and the GPU suite
+GPU_TESTS = ("tests/test_pinv_op.py", "tests/test_graphs.py", "tests/test_gpu.py", "tests/test_launches.py")
+
+
+def run_gpu_tests(out: Path, *, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """``pytest -m gpu`` of :data:`GPU_TESTS`; its log's tail to ``out/gpu_tests.txt``."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rA", "-p", "no:cacheprovider", *GPU_TESTS],
+                          capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    (out / "gpu_tests.txt").write_text(done.stdout[-20000:] + done.stderr[-5000:], encoding="utf-8")
+    print(done.stdout[-3000:])
+    return done
+
+
 def main(argv: list[str]) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("launches_gpu needs a CUDA GPU")
+    no_tests = "--no-tests" in argv  # the tests run elsewhere (scripts/gpu_issue36.sh: a stage of their own)
+    argv = [a for a in argv if a != "--no-tests"]
     out = Path(argv[0])
     n = int(argv[1]) if len(argv) > 1 else N
     out.mkdir(parents=True, exist_ok=True)
-    tests = ["tests/test_pinv_op.py", "tests/test_graphs.py", "tests/test_gpu.py", "tests/test_launches.py"]
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rA", "-p", "no:cacheprovider", *tests],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-    (out / "gpu_tests.txt").write_text(done.stdout[-20000:] + done.stderr[-5000:], encoding="utf-8")
-    print(done.stdout[-3000:])
+    done = subprocess.CompletedProcess([], returncode=None) if no_tests else run_gpu_tests(out)
     triton = importlib.util.find_spec("triton") is not None
     report = {"n": n, "device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
               "triton": triton, "gpu_tests_rc": done.returncode,

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nystrom_lab.bench.models import MODELS, MODES
+from nystrom_lab.bench.models import ALL_MODELS, MODES
 
 #: column headings of the comparison tables (docs/benchmarks.md), in :data:`MODELS` order
 LABELS = {
     "ours-nystrom": "ours-nystrom", "ours-nystrom-recompute": "ours recompute", "ours-softmax": "ours-softmax",
     "hf-nystromformer": "HF Nystromformer", "hf-longformer": "HF Longformer", "hf-bigbird": "HF BigBird",
-    "hf-bert": "HF BERT",
+    "hf-bert": "HF BERT", "ours-nystrom-graphed": "ours CUDA graph", "ours-nystrom-compiled": "ours compiled",
 }  # fmt: skip
 
 
@@ -33,9 +33,10 @@ def render(report: dict) -> str:
             continue
         out += [f"\n**{mode}**\n", "| n | b | model | s | tokens/s | peak MB | vs fastest HF | vs ours exact | ÷ floor |",
                 "|---:|---:|---|---:|---:|---:|---|---|---:|"]  # fmt: skip
-        for r in sorted(rows, key=lambda r: (r["n"], r["batch"], MODELS.index(r["model"]))):
-            if "error" in r:
-                out.append(f"| {r['n']} | {r['batch']} | {r['model']} | — | — | — | {r['error']} | | |")
+        for r in sorted(rows, key=lambda r: (r["n"], r["batch"], ALL_MODELS.index(r["model"]))):
+            if "error" in r or "skipped" in r:
+                why = r.get("error") or f"skipped: {r['skipped']}"
+                out.append(f"| {r['n']} | {r['batch']} | {r['model']} | — | — | — | {why} | | |")
                 continue
             vs = r.get("vs_fastest_other")
             ex = r.get("vs_ours_exact")
@@ -75,7 +76,7 @@ def compare_table(
         for m in models:
             r = group.get(m)
             if r is None or "median_s" not in r:
-                cells.append("error¹" if r else "—")
+                cells.append("—" if r is None or "skipped" in r else "error¹")
                 continue
             t = f"{1e3 * r['median_s']:.1f}" if ms else f"{r['median_s']:.2f}"
             rivals = [
@@ -102,7 +103,7 @@ def plot(report: dict, png: Path) -> Path:
     batch = min(r["batch"] for r in rows)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex=True)
     for col, mode in enumerate(MODES):
-        for model in MODELS:
+        for model in ALL_MODELS:
             pts = sorted((r["n"], r) for r in rows if (r["mode"], r["model"], r["batch"]) == (mode, model, batch)
                          and "median_s" in r)  # fmt: skip
             if not pts:

@@ -11,7 +11,7 @@ import time
 from itertools import product
 from pathlib import Path
 
-from nystrom_lab.bench.models import MODELS, MODES, SIZES, summarise
+from nystrom_lab.bench.models import ALL_MODELS, MODELS, MODES, SIZES, refusal, summarise
 from nystrom_lab.bench.models_report import plot, render
 from nystrom_lab.docs.markers import replace_section
 
@@ -63,6 +63,7 @@ def run(
     models: tuple[str, ...] = MODELS, modes: tuple[str, ...] = MODES, rounds: int = 2, repeats: int = 2,
     dtype: str = "fp32", device: str = "cpu", threads: int = 0, timeout_s: float = 1800,
     out_dir: Path = Path("runs/bench"), name: str = "bench_models", progress: bool = True,
+    deadline_s: float | None = None, fork: bool = False,
 ) -> dict:  # fmt: skip
     """Every (mode, n, b, model) case ``rounds`` times, models interleaved within each round; writes
     ``out_dir/bench_models.json`` (+ ``.md``, ``.png``) and returns the report.
@@ -70,16 +71,24 @@ def run(
     Resumable: every finished case is appended to ``out_dir/bench_models.partial.jsonl`` at once; a run
     with the same settings that finds that file skips what it holds (an interrupted hour-long run goes
     on where it stopped), and the file is removed once the report is written. A partial file of other
-    settings raises instead of being overwritten."""
+    settings raises instead of being overwritten.
+
+    :data:`~nystrom_lab.bench.models.GRAPHED` models may be asked for too; a case that cannot run
+    (:func:`~nystrom_lab.bench.models.refusal`: CUDA graphs off CUDA, a graphed training step) is
+    reported as skipped with its reason and never started. With ``deadline_s`` (seconds from the start;
+    a time-boxed run such as scripts/gpu_issue36.sh) a case is killed at the deadline and the later ones
+    are skipped ("over the run's time budget"), so the report is always written. ``fork``: each case
+    forked from one worker that imported torch and transformers once (:mod:`nystrom_lab.bench.models_fork`)
+    instead of a new interpreter, seconds less a case."""
     import subprocess
 
     from tqdm import tqdm
 
     from nystrom_lab.bench.common import machine_info, run_child
 
-    bad = sorted(set(models) - set(MODELS)) + sorted(set(modes) - set(MODES))
+    bad = sorted(set(models) - set(ALL_MODELS)) + sorted(set(modes) - set(MODES))
     if bad or size not in SIZES:
-        raise ValueError(f"unknown {bad or size}: models {MODELS}, modes {MODES}, sizes {sorted(SIZES)}")
+        raise ValueError(f"unknown {bad or size}: models {ALL_MODELS}, modes {MODES}, sizes {sorted(SIZES)}")
     groups = list(product(modes, sorted(lengths), batches))
     settings = {"size": size, "lengths": sorted(lengths), "batches": list(batches), "models": list(models),
                 "modes": list(modes), "rounds": rounds, "repeats": repeats, "dtype": dtype, "device": device,
@@ -91,6 +100,14 @@ def run(
     for (_, *key), res in done.items():
         samples.setdefault(tuple(key), []).append(res)
     start = time.perf_counter()
+    server = None
+    if fork:
+        import torch
+
+        from nystrom_lab.bench.forkserver import CaseServer
+
+        target = "nystrom_lab.bench.models_fork:measure"
+        server = CaseServer(target, threads=threads or torch.get_num_threads())
     bar = tqdm(total=rounds * len(groups) * len(models), desc="bench models", unit="case", disable=not progress)
     if done:
         bar.write(f"resuming: {len(done)} finished cases read from {partial}")
@@ -103,15 +120,26 @@ def run(
                     continue
                 case = {"model": model, "mode": mode, "n": n, "batch": b, "size": size, "repeats": repeats,
                         "dtype": dtype, "device": device, "threads": threads}  # fmt: skip
+                left = timeout_s if deadline_s is None else deadline_s - (time.perf_counter() - start)
+                limit = min(timeout_s, left)
+                late = f"over the run's time budget ({deadline_s:g} s)" if left < 1 else None
+                why = refusal(model, mode, device) or late
                 try:
-                    res = run_child("nystrom_lab.bench.models", [json.dumps(case)], timeout_s=timeout_s)
+                    if why:
+                        res = {"skipped": why}
+                    elif server is not None:
+                        res = server.run(case, timeout_s=limit)
+                    else:
+                        res = run_child("nystrom_lab.bench.models", [json.dumps(case)], timeout_s=limit)
                 except subprocess.TimeoutExpired:
-                    res = {"error": f"timed out after {timeout_s:g} s"}
+                    res = {"error": f"timed out after {limit:.0f} s"}
                 samples.setdefault(key, []).append(res)
                 with partial.open("a") as f:
                     f.write(json.dumps({"round": r, "key": list(key), "result": res}) + "\n")
                 bar.update(1)
     bar.close()
+    if server is not None:
+        server.close()
     rows = []
     for (mode, n, b, model), s in samples.items():
         row = {"mode": mode, "n": n, "batch": b, "model": model, **summarise(s)}

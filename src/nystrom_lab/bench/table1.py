@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from nystrom_lab.bench import table1_external
 from nystrom_lab.bench.common import machine_info, replace_section, run_child
 from nystrom_lab.bench.forkserver import CaseServer
 from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the tests and callers import them here)
@@ -45,7 +46,7 @@ from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the test
     check_device,
     child_main,
 )
-from nystrom_lab.bench.table1_report import PAPER_NOTE, plot, render, report, setting  # noqa: F401 (re-exported)
+from nystrom_lab.bench.table1_report import DEFAULT_METHODS, PAPER_NOTE, plot, render, report, setting  # noqa: F401 (re-exported)
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (512, 2048, 4096)
@@ -79,6 +80,11 @@ def _skip(
         return f"n > {'--max-exact-n' if method in EXACT else '--max-n'} {limit}"
     if method in too_slow:
         return f"a shorter n took over {max_call_s:g} s per call"
+    name, opts = METHODS[method][1:]
+    if table1_external.missing(name):
+        return table1_external.missing(name)
+    if name == "hf-nystromformer" and n % opts["num_landmarks"]:
+        return f"transformers' Nyström needs n a multiple of m = {opts['num_landmarks']}"
     itemsize = torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()
     need = estimate_mb(
         method, n=n, batch=case["batch"], heads=case["heads"], itemsize=itemsize, backward=case["backward"]
@@ -88,18 +94,18 @@ def _skip(
     return None
 
 
-def _measure(server: CaseServer | None, case: dict) -> dict:
+def _measure(server: CaseServer | None, case: dict, timeout_s: float = CASE_TIMEOUT_S) -> dict:
     """``{"ms", "peak_mb"}`` or ``{"error"}`` of one case: forked by ``server``, or in a new interpreter."""
     if server is not None:
-        return server.run(case, timeout_s=CASE_TIMEOUT_S)
+        return server.run(case, timeout_s=timeout_s)
     args = [case["method"], str(case["n"]), *case_args(case)]
-    return run_child("nystrom_lab.bench.table1_case", args, timeout_s=CASE_TIMEOUT_S)
+    return run_child("nystrom_lab.bench.table1_case", args, timeout_s=timeout_s)
 
 
 def run(
     *,
     lengths: list[int] | tuple[int, ...] = LENGTHS,
-    methods: list[str] | tuple[str, ...] = tuple(METHODS),
+    methods: list[str] | tuple[str, ...] = DEFAULT_METHODS,
     batch: int = 1,
     heads: int = 12,
     dim_head: int = 64,
@@ -116,6 +122,7 @@ def run(
     markdown: Path | None = Path("runs/bench/benchmarks.md"),
     command: str = "nystrom bench",
     fresh_process: bool = False,
+    deadline_s: float | None = None,
 ) -> list[dict]:
     """Run every (method, n) case in a fresh process; write CSV, markdown and PNG; return the rows.
 
@@ -123,7 +130,10 @@ def run(
     interpreter per case instead (as before the worker, ≈ 8 s more a case on the 2-core VM). A case is
     skipped (and says why) when n is above ``max_n`` (``max_exact_n`` for the exact methods), when the
     quadratic baseline would need more than 70% of the free memory, or when the same method's call at a
-    shorter n already took over ``max_call_s``; one running past ``CASE_TIMEOUT_S`` is killed.
+    shorter n already took over ``max_call_s``; one running past ``CASE_TIMEOUT_S`` is killed. With
+    ``deadline_s`` (seconds from the start; a time-boxed run such as scripts/gpu_issue36.sh) a case is
+    killed at the deadline and the cases after it are skipped ("over the run's time budget"), so the
+    outputs are always written.
     """
     from tqdm import tqdm
 
@@ -148,13 +158,17 @@ def run(
             skip = _skip(
                 method, n, too_slow, case, max_n=max_n, max_exact_n=max_exact_n, max_call_s=max_call_s
             )
+            left = CASE_TIMEOUT_S if deadline_s is None else deadline_s - (time.perf_counter() - start)
+            if left < 1:
+                skip = skip or f"over the run's time budget ({deadline_s:g} s)"
             if skip:
                 row["skipped"] = skip
                 continue
+            timeout_s = min(CASE_TIMEOUT_S, left)
             try:
-                row.update(_measure(server, {**case, "method": method, "n": n}))
+                row.update(_measure(server, {**case, "method": method, "n": n}, timeout_s))
             except subprocess.TimeoutExpired:
-                row["error"] = f"timed out after {CASE_TIMEOUT_S} s"
+                row["error"] = f"timed out after {timeout_s:.0f} s"
             if row.get("ms", 0.0) > 1e3 * max_call_s:
                 too_slow.add(method)
     mode = "fwdbwd" if backward else "fwd"

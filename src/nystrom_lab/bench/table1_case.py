@@ -20,6 +20,7 @@ import sys
 import torch
 
 from nystrom.attention import REGISTRY, AttentionBase
+from nystrom_lab.bench import table1_external as external
 from nystrom_lab.bench.common import median_time_ms, peak_memory_mb
 from nystrom_lab.bench.table1_report import METHODS
 
@@ -42,12 +43,15 @@ class MaterializedSoftmaxAttention(AttentionBase):
         return torch.softmax(scores, -1) @ v  # (b, h, n, d)
 
 
-def build_module(method: str, *, n: int, heads: int, dim_head: int) -> AttentionBase:
-    """The attention module of ``method`` (a key of :data:`METHODS`) for inputs of n tokens."""
+def build_module(method: str, *, n: int, heads: int, dim_head: int) -> torch.nn.Module:
+    """The attention module of ``method`` (a key of :data:`METHODS`) for inputs of n tokens: an
+    :class:`AttentionBase` of ours, or a wrapped outside one (:mod:`nystrom_lab.bench.table1_external`)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     _, name, opts = METHODS[method]
     e = heads * dim_head
+    if name in external.NEEDS:
+        return external.build(name, n=n, heads=heads, dim_head=dim_head, opts=opts)
     if name == "transformer":
         return MaterializedSoftmaxAttention(e, heads=heads, dim_head=dim_head)
     if name == "linformer":
@@ -67,7 +71,11 @@ def build_case(
     backward: bool,
 ):
     """A zero-argument callable running one input (b, n, e) through the module (+ backward of ``out.sum()``)."""
-    mod = build_module(method, n=n, heads=heads, dim_head=dim_head).to(device=device, dtype=dtype).eval()
+    mod = build_module(method, n=n, heads=heads, dim_head=dim_head)
+    if METHODS[method][1] in external.AUTOCAST and dtype in (torch.bfloat16, torch.float16):
+        mod = external.Autocast(mod.to(device=device), device, dtype).eval()  # fp32 weights, autocast
+    else:
+        mod = mod.to(device=device, dtype=dtype).eval()
     x = torch.randn(batch, n, heads * dim_head, dtype=dtype, device=device)  # (b, n, e)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if not backward:

@@ -20,7 +20,15 @@ METHODS: dict[str, tuple[str, str, dict]] = {
     "nystrom-32": ("Nyströmformer-32", "nystrom", {"num_landmarks": 32, "conv_kernel_size": None}),
     "performer-256": ("Performer-256", "performer", {"num_features": 256}),
     "reformer-2": ("Reformer-2", "reformer", {"n_hashes": 2, "bucket_size": 64}),
-}
+    # outside our registry (nystrom_lab.bench.table1_external; issue #36): not run unless asked for
+    "hf-nystrom-64": ("transformers Nyströmformer-64", "hf-nystromformer", {"num_landmarks": 64}),
+    "lucidrains-64": ("lucidrains Nyström-64", "lucidrains", {"num_landmarks": 64, "pinv_iterations": 6, "residual": False}),
+    "transmil": ("TransMIL layer (ours, m=256)", "transmil", {}),
+    "transmil-lucidrains": ("TransMIL layer (lucidrains, m=256)", "transmil-lucidrains", {}),
+}  # fmt: skip
+#: the methods ``nystrom bench table1`` runs by default (ours and the paper's baselines)
+DEFAULT_METHODS = ("transformer", "sdpa", "linformer-256", "longformer-257", "nystrom-64", "nystrom-32",
+                   "performer-256", "reformer-2")  # fmt: skip
 PAPER_NOTE = (
     "Paper (1080Ti GPU, forward): Nyströmformer-64 vs Transformer 11.5× memory / 5.6× time at n=4096 and "
     "22.8× / 12.7× at n=8192; vs Longformer-257 at n=8192 1.2× memory, 3× time."

@@ -100,20 +100,39 @@ def _skipped(row: dict) -> str:
     return f"({float(need.group(1)):g} GB)" if need else "—"
 
 
+def _ms(row: dict | None) -> str:
+    """A time cell; ``—`` for a case without one (skipped, failed, not run)."""
+    return num(row["ms"]) if row and "ms" in row else "—"
+
+
+#: the outside modules of issue #36's run, in the GPU tables where their CSV rows hold a time
+GPU_EXTRA = {"hf-nystrom-64": "transformers Nyström-64", "lucidrains-64": "lucidrains Nyström-64",
+             "transmil": "TransMIL layer, ours (m = 256)", "transmil-lucidrains": "TransMIL layer, lucidrains (m = 256)"}  # fmt: skip
+
+
 def _gpu_attention_table(title: str, rows: list[dict]) -> list[str]:
-    """SDPA against Nyström (and the materialised softmax) per n, one precision and pass."""
+    """SDPA against Nyström (and the materialised softmax) per n, one precision and pass; the outside
+    modules (transformers', lucidrains', the TransMIL layer) in ms / MB where they ran."""
     sdpa, nys, full = _by(rows, "sdpa"), _by(rows, "nystrom-64"), _by(rows, "transformer")
     ns = sorted(sdpa)
-    speed = [sdpa[n]["ms"] / nys[n]["ms"] for n in ns]
+    both = {n: "ms" in sdpa[n] and "ms" in nys.get(n, {}) for n in ns}
+    speed = {n: sdpa[n]["ms"] / nys[n]["ms"] for n in ns if both[n]}
+    mb = {n: f"{sdpa[n]['peak_mb']:.0f} / {nys[n]['peak_mb']:.0f}" if both[n] else "—" for n in ns}
     out = [f"| {title} | " + " | ".join(f"n = {n}" if i == 0 else str(n) for i, n in enumerate(ns)) + " |",
            "|---|" + "---:|" * len(ns),
-           "| SDPA (exact, fused) ms | " + " | ".join(num(sdpa[n]["ms"]) for n in ns) + " |",
-           "| Nyström-64 ms | " + " | ".join(num(nys[n]["ms"]) for n in ns) + " |",
-           "| Nyström ÷ SDPA speed-up | " + " | ".join(f"**{s:.1f}×**" if s > 1 else f"{s:.2f}×" for s in speed) + " |",
-           "| SDPA / Nyström peak MB | " + " | ".join(f"{sdpa[n]['peak_mb']:.0f} / {nys[n]['peak_mb']:.0f}" for n in ns) + " |",
+           "| SDPA (exact, fused) ms | " + " | ".join(_ms(sdpa[n]) for n in ns) + " |",
+           "| Nyström-64 ms | " + " | ".join(_ms(nys.get(n)) for n in ns) + " |",
+           "| Nyström ÷ SDPA speed-up | " + " | ".join(
+               "—" if n not in speed else f"**{speed[n]:.1f}×**" if speed[n] > 1 else f"{speed[n]:.2f}×" for n in ns) + " |",
+           "| SDPA / Nyström peak MB | " + " | ".join(mb[n] for n in ns) + " |",
            "| materialised softmax ms / MB | " + " | ".join(
                f"{num(full[n]['ms'])} / {full[n]['peak_mb']:.0f}" if "ms" in full.get(n, {}) else _skipped(full.get(n, {}))
                for n in ns) + " |"]  # fmt: skip
+    for method, label in GPU_EXTRA.items():
+        got = _by(rows, method)
+        if any("ms" in r for r in got.values()):
+            out.append(f"| {label} ms / MB | " + " | ".join(
+                f"{num(got[n]['ms'])} / {got[n]['peak_mb']:.0f}" if "ms" in got.get(n, {}) else "—" for n in ns) + " |")  # fmt: skip
     return out
 
 
@@ -127,12 +146,32 @@ def gpu_attention(bf16_fwd: Path, bf16_fwdbwd: Path, fp16_fwd: Path, fp32_fwd: P
             "|---|" + "---:|" * len(ns)]  # fmt: skip
     for name, rows in others.items():
         sdpa, nys = _by(rows, "sdpa"), _by(rows, "nystrom-64")
-        out.append(
-            f"| {name}: SDPA / Nyström ms | "
-            + " | ".join(f"{num(sdpa[n]['ms'])} / {num(nys[n]['ms'])}" for n in ns)
-            + " |"
-        )
+        out.append(f"| {name}: SDPA / Nyström ms | " + " | ".join(f"{_ms(sdpa.get(n))} / {_ms(nys.get(n))}" for n in ns) + " |")  # fmt: skip
+        hf = _by(rows, "hf-nystrom-64")
+        if any("ms" in r for r in hf.values()):
+            out.append(f"| {name}: transformers Nyström-64 ms | " + " | ".join(_ms(hf.get(n)) for n in ns) + " |")  # fmt: skip
     return "\n".join(out)
+
+
+GPU_GRAPHED_LABELS = {**GPU_LABELS, "ours-nystrom-graphed": "ours Nyström-64, CUDA graph",
+                      "ours-nystrom-compiled": "ours Nyström-64, compile (reduce-overhead)"}  # fmt: skip
+
+
+def gpu_models_graphed(path: Path) -> str:
+    """Our Nyström model eager, replayed as a CUDA graph and compiled, against ours SDPA and transformers'
+    Nystromformer, in ms; a case that did not run is ``—`` (its reason is in the JSON)."""
+    from nystrom_lab.bench.models import ALL_MODELS
+
+    run = read_json(path)
+    if not run["rows"]:  # the placeholder committed before the first GPU run
+        return "Not measured yet: `scripts/gpu_issue36.sh` on a lent GPU writes its data (issue #36)."
+    models = tuple(m for m in ALL_MODELS if any(r["model"] == m for r in run["rows"]))
+    lines = [([label, str(n)], cases(run, mode, n)) for mode, label in (("inference", "inference"), ("train", "train step"))
+             for n in sorted({r["n"] for r in run["rows"] if r["mode"] == mode})]  # fmt: skip
+    table = compare_table(["ms (peak MB)", "n"], lines, models=models, ms=True, labels=GPU_GRAPHED_LABELS)
+    why = sorted({f"{r['model']} {r['mode']} n={r['n']}: {r.get('skipped') or r.get('error')}" for r in run["rows"]
+                  if "median_s" not in r})  # fmt: skip
+    return table + ("\n\nNot measured: " + "; ".join(why) + "." if why else "")
 
 
 BLOCKS = [
@@ -144,4 +183,5 @@ BLOCKS = [
     Block(DOC, "bench-models-bf16", ("docs/bench_bf16/bench_models.json", "docs/bench_models_bf16_train4096.json"), bf16),
     Block(DOC, "gpu-attention", tuple(f"docs/gpu/table1_{t}.csv" for t in ("bfloat16_fwd", "bfloat16_fwdbwd", "float16_fwd", "float32_fwd")), gpu_attention),
     Block(DOC, "gpu-models", ("docs/gpu/bench_models_gpu.json",), gpu_models),
+    Block(DOC, "gpu-models-graphed", ("docs/gpu/bench_models_gpu_graphed.json",), gpu_models_graphed),
 ]  # fmt: skip

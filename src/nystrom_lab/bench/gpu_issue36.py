@@ -1,0 +1,265 @@
+"""The stages of issue #36's time-boxed GPU run (``scripts/gpu_issue36.sh``), each one command:
+
+``python -m nystrom_lab.bench.gpu_issue36 STAGE OUT [--dry] [--quick] [--budget S] [args]``, STAGE one of
+
+- ``env``: ``OUT/env.txt`` (nvidia-smi's GPU name, memory, driver; python, torch, CUDA, transformers,
+  the GPU; whether lucidrains' package imports; the commit);
+- ``tests``: ``pytest -m gpu`` of the launch work and the GPU suite -> ``OUT/gpu_tests.txt``;
+- ``launches``: real CUDA launches per forward -> ``OUT/launches_gpu.json``
+  (:mod:`nystrom_lab.bench.launches_gpu` without its tests);
+- ``table DTYPE fwd|fwdbwd``: Table 1's modules (:data:`TABLE_METHODS`: SDPA, ours, the materialised
+  softmax, transformers' and lucidrains' Nyström, the TransMIL layer) at 4K–128K ->
+  ``OUT/table1_{DTYPE}_{fwd|fwdbwd}.csv`` (+ ``.json``, the run's setting);
+- ``models``: whole MiniLM-size models at 4096 and 16384, inference and a training step, bf16 autocast:
+  eager (ours Nyström, ours SDPA, transformers' Nystromformer and BERT) and graphed (ours through
+  ``GraphedForward``, and ``torch.compile(mode="reduce-overhead")``) -> ``OUT/bench_models_gpu.json``
+  (the eager models, the format of docs/gpu/bench_models_gpu.json) and ``OUT/bench_models_gpu_graphed.json``
+  (ours eager, CUDA graph, compiled, against ours SDPA and transformers' Nystromformer).
+
+``--budget`` is the stage's seconds: the stage's own deadline (cases past it are reported "over the run's
+time budget", the files are still written); the script's ``timeout`` is the backstop. ``--dry``: the same
+entry points on the CPU at tiny sizes (n ≤ 256, one call), for the tests; ``OUT/DRY`` marks its outputs,
+which :func:`commit` refuses. ``--quick``: 4096 and 16384 only. ``commit OUT [--force]`` copies a run's
+files into docs/gpu/ and re-renders the docs (``scripts/gpu_issue36_commit.sh``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+#: Table 1's methods on the GPU: bf16 tables run all; fp16/fp32 forward only the non-TransMIL ones
+TABLE_METHODS = (
+    "sdpa",
+    "nystrom-64",
+    "transformer",
+    "hf-nystrom-64",
+    "lucidrains-64",
+    "transmil",
+    "transmil-lucidrains",
+)
+LEAN_METHODS = ("sdpa", "nystrom-64", "transformer", "hf-nystrom-64", "lucidrains-64")
+#: the whole-model runs: eager (+ ours through GraphedForward), then torch.compile (its compile is slow)
+EAGER = ("ours-nystrom", "ours-softmax", "hf-nystromformer", "hf-bert")
+GRAPHED_TABLE = (
+    "ours-nystrom",
+    "ours-nystrom-graphed",
+    "ours-nystrom-compiled",
+    "ours-softmax",
+    "hf-nystromformer",
+)
+#: the files a run writes, as they are named in docs/gpu/
+FILES = ("env.txt", "gpu_tests.txt", "launches_gpu.json", "bench_models_gpu.json", "bench_models_gpu_graphed.json",
+         *(f"table1_{t}.{ext}" for t in ("bfloat16_fwd", "bfloat16_fwdbwd", "float16_fwd", "float32_fwd")
+           for ext in ("csv", "json")))  # fmt: skip
+BUDGET_SKIP = "over the run's time budget"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def env(out: Path, *, dry: bool) -> str:
+    """``env.txt``: nvidia-smi's line (the GPU name first: docs read it), then the software."""
+    import torch
+
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as err:
+        smi = f"no nvidia-smi ({type(err).__name__})"
+    try:
+        import transformers
+
+        hf = transformers.__version__
+    except ImportError:
+        hf = "not installed"
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    lucid = "importable" if importlib.util.find_spec("nystrom_attention") else "not importable"
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    text = (f"{smi}\npython {platform.python_version()} torch {torch.__version__} cuda {torch.version.cuda} "
+            f"transformers {hf} {gpu}\nnystrom_attention (lucidrains) {lucid}; commit {commit or 'unknown'}"
+            + ("; DRY RUN on the CPU" if dry else "") + "\n")  # fmt: skip
+    (out / "env.txt").write_text(text, encoding="utf-8")
+    if dry:
+        (out / "DRY").write_text("a dry run's outputs: not for docs/gpu/\n")
+    return text
+
+
+def tests(out: Path, *, dry: bool, budget: float) -> int:
+    """``pytest -m gpu`` of the launch work and the GPU suite (dry: only collected)."""
+    from nystrom_lab.bench.launches_gpu import GPU_TESTS
+
+    if dry:
+        args = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--co",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            *GPU_TESTS,
+        ]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=budget, cwd=ROOT)
+        print(done.stdout[-2000:])
+        return done.returncode
+    from nystrom_lab.bench.launches_gpu import run_gpu_tests
+
+    return run_gpu_tests(out, timeout_s=budget).returncode
+
+
+def launches(out: Path, *, dry: bool) -> int:
+    """Real CUDA launches of the launch-count cases (refused without CUDA: a dry run says so)."""
+    if dry:
+        print("dry run: launches_gpu needs CUDA, not run")
+        return 0
+    from nystrom_lab.bench import launches_gpu
+
+    return launches_gpu.main([str(out), "--no-tests"])
+
+
+def table(out: Path, dtype: str, mode: str, *, dry: bool, quick: bool, budget: float) -> list[dict]:
+    """One Table 1 run (h = 8, d = 64, b = 1, as docs/gpu's earlier run) -> ``table1_{dtype}_{mode}.csv``."""
+    from nystrom_lab.bench.table1 import run
+
+    methods = TABLE_METHODS if dtype == "bfloat16" else LEAN_METHODS
+    lengths = (4096, 16384) if quick else (4096, 16384, 65536, 131072)
+    gpu = dict(device="cuda", heads=8, dim_head=64, repeats=10, budget_s=1.5)
+    if dry:
+        gpu = dict(device="cpu", heads=2, dim_head=16, repeats=1, budget_s=0.1, threads=1)
+        lengths = (128, 256)
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = run(lengths=lengths, methods=methods, dtype=dtype, backward=mode == "fwdbwd", max_n=max(lengths),
+                   max_exact_n=max(lengths), out_dir=Path(tmp), markdown=None, deadline_s=budget,
+                   command=f"python -m nystrom_lab.bench.gpu_issue36 table {dtype} {mode}", **gpu)  # fmt: skip
+        for ext in ("csv", "json"):
+            shutil.copy(Path(tmp) / f"table1_{mode}.{ext}", out / f"table1_{dtype}_{mode}.{ext}")
+    return rows
+
+
+def _strip(rows: list[dict]) -> list[dict]:
+    """Rows without the ratios :func:`~nystrom_lab.bench.models_run.add_ratios` added (they are recomputed)."""
+    return [{k: v for k, v in r.items() if k not in ("vs_fastest_other", "vs_ours_exact", "floor_s", "x_floor")}
+            for r in rows]  # fmt: skip
+
+
+def _write_models(report: dict, rows: list[dict], models: tuple[str, ...], path: Path) -> dict:
+    """``report`` with ``rows`` of ``models`` (ratios recomputed) to ``path`` (.json and .md)."""
+    from nystrom_lab.bench.models import SIZES
+    from nystrom_lab.bench.models_report import render
+    from nystrom_lab.bench.models_run import add_ratios
+
+    rows = _strip([r for r in rows if r["model"] in models])
+    rates = {int(n): rate for n, rate in report["gemm_gflops"].items()}
+    add_ratios(rows, SIZES[report["size"]], rates)
+    report = {**report, "rows": rows}
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    path.with_suffix(".md").write_text(render(report))
+    return report
+
+
+def models(out: Path, *, dry: bool, quick: bool, budget: float) -> dict:
+    """The eager + GraphedForward run (about half the budget), then the compiled run (the rest)."""
+    from nystrom_lab.bench.models_run import run
+
+    start = time.perf_counter()
+    opts = dict(size="minilm", lengths=(4096,) if quick else (4096, 16384), rounds=1, repeats=3, dtype="bf16",
+                device="cuda", timeout_s=120, progress=False, fork=True)  # fmt: skip
+    if dry:
+        opts |= dict(size="tiny", lengths=(64,), repeats=1, dtype="fp32", device="cpu", threads=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        eager = run(models=(*EAGER, "ours-nystrom-graphed"), modes=("inference", "train"), out_dir=Path(tmp),
+                    name="eager", deadline_s=0.5 * budget, **opts)  # fmt: skip
+        left = budget - (time.perf_counter() - start)
+        compiled = run(models=("ours-nystrom-compiled",), modes=("inference", "train"), out_dir=Path(tmp),
+                       name="compiled", deadline_s=max(left, 1.0), **opts)  # fmt: skip
+    rows = eager["rows"] + compiled["rows"]
+    eager["wall_s"] = time.perf_counter() - start
+    _write_models(eager, rows, EAGER, out / "bench_models_gpu.json")
+    return _write_models(eager, rows, GRAPHED_TABLE, out / "bench_models_gpu_graphed.json")
+
+
+def _budget_skipped(path: Path) -> int:
+    """How many cases of a table file were cut by the time budget."""
+    if path.suffix == ".csv":
+        with path.open() as f:
+            return sum(BUDGET_SKIP in (r.get("skipped") or "") for r in csv.DictReader(f))
+    if path.name.startswith("bench_models"):
+        return sum(BUDGET_SKIP in r.get("skipped", "") for r in json.loads(path.read_text())["rows"])
+    return 0
+
+
+def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = True) -> list[str]:
+    """Copy a run's files into ``root``/docs/gpu/ and re-render the docs; the names copied.
+
+    Refuses a dry run's folder. A table with cases cut by the time budget is left out (its earlier,
+    complete version stays) unless ``force``; a file the run did not write is left as it was."""
+    if (out / "DRY").exists():
+        raise SystemExit(f"{out} holds a dry run's outputs (CPU, tiny sizes): not copied into docs/gpu/")
+    copied = []
+    for name in FILES:
+        src = out / name
+        if not src.exists():
+            print(f"not in {out}: {name} (docs/gpu/ keeps its version, if any)")
+            continue
+        cut = _budget_skipped(src)
+        if cut and not force:
+            print(f"left out: {name} has {cut} case(s) over the time budget (--force copies it anyway)")
+            continue
+        shutil.copy(src, root / "docs" / "gpu" / name)
+        copied.append(name)
+    print("copied into docs/gpu/:", ", ".join(copied) or "nothing")
+    if not render:
+        return copied
+    done = subprocess.run(
+        [sys.executable, "-m", "nystrom_lab.cli", "docs", "render", "--root", str(root)], cwd=root
+    )
+    if done.returncode:
+        print("nystrom docs render failed: see above (the copied files stay)")
+    return copied
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.gpu_issue36")
+    p.add_argument("stage", choices=("env", "tests", "launches", "table", "models", "commit"))
+    p.add_argument("out", type=Path)
+    p.add_argument("args", nargs="*", help="table: DTYPE fwd|fwdbwd")
+    p.add_argument("--dry", action="store_true", help="on the CPU at tiny sizes (tests; outputs marked DRY)")
+    p.add_argument("--quick", action="store_true", help="4096 and 16384 only")
+    p.add_argument("--budget", type=float, default=120.0, help="the stage's seconds")
+    p.add_argument("--force", action="store_true", help="commit: copy tables cut by the time budget too")
+    a = p.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if a.stage == "env":
+        print(env(a.out, dry=a.dry))
+    elif a.stage == "tests":
+        return tests(a.out, dry=a.dry, budget=a.budget)
+    elif a.stage == "launches":
+        return launches(a.out, dry=a.dry)
+    elif a.stage == "table":
+        dtype, mode = a.args
+        table(a.out, dtype, mode, dry=a.dry, quick=a.quick, budget=a.budget)
+    elif a.stage == "models":
+        print(
+            (a.out / "bench_models_gpu_graphed.md").read_text()
+            if models(a.out, dry=a.dry, quick=a.quick, budget=a.budget)
+            else ""
+        )
+    else:
+        commit(a.out, force=a.force)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

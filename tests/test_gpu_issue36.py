@@ -1,0 +1,76 @@
+"""Issue #36's time-boxed GPU run (scripts/gpu_issue36.sh) on the CPU: its stages' Python parts at tiny
+sizes, the outside modules of Table 1, the time budget and the copy into docs/gpu/."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from nystrom_lab.bench import gpu_issue36, table1
+from nystrom_lab.bench.models_run import run as run_models
+from nystrom_lab.bench.table1_case import measure
+
+CASE = dict(
+    n=128, batch=1, heads=2, dim_head=16, device="cpu", backward=False, repeats=1, budget=0.1, threads=1
+)
+
+
+@pytest.mark.parametrize("method", ["hf-nystrom-64", "lucidrains-64", "transmil", "transmil-lucidrains"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_outside_modules_run_as_table1_cases(method, dtype):
+    if "lucidrains" in method:
+        pytest.importorskip("nystrom_attention")
+    pytest.importorskip("transformers")
+    res = measure({**CASE, "method": method, "dtype": dtype, "backward": dtype == "bfloat16"})
+    assert res["ms"] > 0
+
+
+def test_transmil_layer_is_a_prenorm_residual_over_our_lucidrains_drop_in():
+    from nystrom.compat.lucidrains import NystromAttention
+
+    mod = table1.build_module("transmil", n=64, heads=8, dim_head=64).eval()
+    assert isinstance(mod.attn, NystromAttention)
+    assert (mod.attn.num_landmarks, mod.attn.pinv_iterations, mod.attn.residual) == (256, 6, True)
+    x = torch.randn(1, 64, 512)
+    with torch.no_grad():
+        torch.testing.assert_close(mod(x), x + mod.attn(mod.norm(x)))
+
+
+def test_table_past_its_deadline_still_writes_every_row(tmp_path):
+    rows = table1.run(lengths=(128,), methods=("sdpa", "hf-nystrom-64"), heads=2, dim_head=16, out_dir=tmp_path,
+                      markdown=None, deadline_s=0.0)  # fmt: skip
+    assert [r["skipped"] for r in rows] == ["over the run's time budget (0 s)"] * 2
+    assert (tmp_path / "table1_fwd.csv").exists()
+
+
+def test_graphed_models_on_the_cpu_are_reported_skipped_with_a_reason(tmp_path):
+    report = run_models(size="tiny", lengths=(64,), models=("ours-nystrom-graphed", "ours-nystrom-compiled"),
+                        rounds=1, repeats=1, out_dir=tmp_path, name="g", progress=False, threads=1)  # fmt: skip
+    why = {(r["model"], r["mode"]): r["skipped"] for r in report["rows"]}
+    assert len(why) == 4 and all("needs a CUDA device" in w for w in why.values())
+    assert "skipped: ours-nystrom-graphed" in (tmp_path / "g.md").read_text()
+    from nystrom_lab.bench.models import refusal
+
+    assert "inference only" in refusal("ours-nystrom-graphed", "train", "cuda")
+    assert refusal("ours-nystrom-compiled", "train", "cuda") is None
+
+
+def test_commit_refuses_a_dry_run_and_leaves_out_tables_cut_by_the_budget(tmp_path):
+    out, root = tmp_path / "out", tmp_path / "repo"
+    (root / "docs" / "gpu").mkdir(parents=True)
+    gpu_issue36.env(out.mkdir() or out, dry=True)
+    with pytest.raises(SystemExit, match="dry run"):
+        gpu_issue36.commit(out, root=root, render=False)
+    (out / "DRY").unlink()
+    with (out / "table1_float16_fwd.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["method", "n", "ms", "skipped"])
+        w.writeheader()
+        w.writerow({"method": "sdpa", "n": 4096, "skipped": "over the run's time budget (30 s)"})
+    (out / "bench_models_gpu_graphed.json").write_text(
+        json.dumps({"rows": [{"model": "x", "median_s": 1.0}]})
+    )
+    assert gpu_issue36.commit(out, root=root, render=False) == ["env.txt", "bench_models_gpu_graphed.json"]
+    assert "table1_float16_fwd.csv" in gpu_issue36.commit(out, root=root, render=False, force=True)
