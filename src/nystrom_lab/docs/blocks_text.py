@@ -110,6 +110,13 @@ def fidelity(results: Path) -> str:
     return "\n".join(out)
 
 
+def positions(results: Path) -> str:
+    """Issue #37's screen and equal-budget runs (the experiment's own tables)."""
+    from nystrom_lab.long_context.positions_report import tables
+
+    return tables(read_json(results)).rstrip("\n")
+
+
 def genres(results: Path) -> str:
     """The genre fine-tuning runs (the experiment's own table, paired comparisons included)."""
     return genre.render(read_json(results))
@@ -124,4 +131,5 @@ BLOCKS = [
     Block("docs/long-context.md", "long-context-results", (f"{LONG}/results.json",), long_context),
     Block("docs/long-context.md", "long-context-fidelity", (f"{LONG}/results.json",), fidelity),
     Block("docs/long-context.md", "long-context-genre", (f"{LONG}/genre/results.json",), genres),
+    Block("docs/long-context.md", "long-positions", (f"{LONG}/positions/results.json",), positions),
 ]  # fmt: skip
