@@ -153,3 +153,19 @@ def test_cli_lists_the_library_schemes():
     from nystrom_lab.text import convert
 
     assert convert.POSITION_SCHEMES == POSITION_SCHEMES
+
+
+def test_cli_convert_long_one_attention_per_layer(tmp_path):
+    _, folder = bert_folder(tmp_path)  # 2 layers
+    out = tmp_path / "out"
+    args = ["convert", "long", "--init-from", str(folder), "--max-length", "64", "--out", str(out)]
+    run_command([*args, "--attention", "longformer-9", "nystrom-8,pinv=exact"])
+    config = json.loads((out / "config.json").read_text())
+    assert config["attention"] == [
+        {"name": "longformer", "window_size": 9},
+        {"name": "nystrom", "num_landmarks": 8, "pinv": "exact", "conv_kernel_size": 65},
+    ]
+    (folder / "model.safetensors").write_bytes(b"not read")  # the count is checked before any weight is read
+    with pytest.raises(ValueError, match="a list of 3 specs but the source has 2 layers"):
+        run_command([*args[:-1], str(tmp_path / "out3"), "--attention", "softmax", "softmax", "softmax"])
+    assert not (tmp_path / "out3").exists()

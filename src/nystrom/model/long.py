@@ -137,7 +137,17 @@ def to_long(
         )
     check_scheme(positions, alpha, source_rows=length, rows=max_position_embeddings)  # before any weight
     if attention is not None:
-        normalize_attention(attention)
+        spec = normalize_attention(attention)
+        layers = (
+            source.config.num_hidden_layers
+            if given
+            else read_json(Path(source) / "config.json").get("num_hidden_layers")
+        )
+        if isinstance(spec, list) and len(spec) != layers:
+            raise ValueError(
+                f"attention is a list of {len(spec)} specs but the source has {layers} layers ({where}): give one"
+                " spec per layer, or one for all"
+            )
     if not given:
         model = _load(Path(source), model_type, attention)
     elif attention is not None:
