@@ -19,18 +19,21 @@ constructors' keyword names so the two cannot drift.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import Any
 
 _POS, _NONNEG, _INT, _BOOL = "a positive int", "an int >= 0", "an int", "true or false"
 _KERNEL, _ODD, _SEED = "an odd positive int or none", "an odd positive int", "an int or none"
+_SCALE = "a number > 0 or none"
 #: variant -> its constructor's keyword options (those the model does not set itself) -> allowed values
 ATTENTION_KEYS: dict[str, dict[str, str | tuple[str, ...]]] = {
     "nystrom": {
         "num_landmarks": _POS, "pinv_iterations": _NONNEG, "pinv_init": ("per_matrix", "original"),
         "pinv": ("iterative", "exact"), "conv_kernel_size": _KERNEL, "recompute": _BOOL, "causal": _BOOL,
+        "scale": _SCALE,
     },
-    "softmax": {"conv_kernel_size": _KERNEL, "block_size": _POS, "recompute": _BOOL},
+    "softmax": {"conv_kernel_size": _KERNEL, "block_size": _POS, "scale": _SCALE, "recompute": _BOOL},
     "linformer": {"max_seq_len": _POS, "proj_len": _POS},
     "linear": {"recompute": _BOOL},
     "longformer": {"window_size": _ODD},
@@ -58,8 +61,16 @@ def _value(name: str, key: str, text: str) -> Any:
         raise ValueError(f"{name}: {key} must be one of {', '.join(kind)}, got {text!r}")
     if kind == _BOOL and text in ("true", "false"):
         return text == "true"
-    if text == "none" and kind in (_KERNEL, _SEED):
+    if text == "none" and kind in (_KERNEL, _SEED, _SCALE):
         return None
+    if kind == _SCALE:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if math.isfinite(value) and value > 0:
+            return value
+        raise ValueError(f"{name}: {key} must be {kind}, got {text!r}")
     if kind != _BOOL and re.fullmatch(r"-?[0-9]+", text):
         value = int(text)
         low = {_POS: 1, _NONNEG: 0, _KERNEL: 1, _ODD: 1}.get(kind)

@@ -6,7 +6,7 @@ import torch
 
 from nystrom.attention.base import AttentionBase
 from nystrom.functional.attention import PINV_METHODS, nystrom_attention
-from nystrom.functional.checks import check_choice, check_positive_int
+from nystrom.functional.checks import check_choice, check_positive_int, check_scale
 from nystrom.functional.pinv import PINV_INITS
 
 
@@ -26,6 +26,9 @@ class NystromAttention(AttentionBase):
         recompute: recompute q/k/v head by head in the backward instead of keeping them (peak training
             memory ≈ 3 instead of ≈ 7 (b, n, dim) tensors, ≈ 20 % more time; eager mode only).
         causal: must be False (raises): segment-means landmarks see the whole sequence.
+        scale: the logit scale s of every softmax (F, A and B), None = 1/√d. A model made longer than it
+            was trained sees more keys per softmax; s·log(N)/log(L) keeps its attention as sharp
+            (log-length scaling; see docs/long-context.md).
     """
 
     name = "nystrom"
@@ -46,6 +49,7 @@ class NystromAttention(AttentionBase):
         dropout: float = 0.0,
         recompute: bool = False,
         causal: bool = False,
+        scale: float | None = None,
     ) -> None:
         if causal:
             raise ValueError(
@@ -65,6 +69,7 @@ class NystromAttention(AttentionBase):
         self.pinv_iterations = check_positive_int("pinv_iterations", pinv_iterations, minimum=0)
         self.pinv_init = check_choice("pinv_init", pinv_init, PINV_INITS)
         self.pinv = check_choice("pinv", pinv, PINV_METHODS)
+        self.scale = check_scale(scale)
 
     def core(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
@@ -79,6 +84,7 @@ class NystromAttention(AttentionBase):
             pinv_iterations=self.pinv_iterations,
             pinv=self.pinv,
             pinv_init=self.pinv_init,
+            scale=self.scale,
             padded_finite=True,  # AttentionBase.forward zeroed x: padded q, k, v are the biases (finite)
         )
 
@@ -86,4 +92,5 @@ class NystromAttention(AttentionBase):
         return (
             f"{super().extra_repr()}, num_landmarks={self.num_landmarks}, pinv={self.pinv}, "
             f"pinv_iterations={self.pinv_iterations}, pinv_init={self.pinv_init}"
+            + ("" if self.scale is None else f", scale={self.scale}")
         )

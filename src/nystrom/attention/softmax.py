@@ -7,7 +7,7 @@ import torch
 from nystrom.attention.base import AttentionBase
 from nystrom.functional.attention import softmax_attention
 from nystrom.functional.block_diagonal import block_diagonal_attention
-from nystrom.functional.checks import check_positive_int
+from nystrom.functional.checks import check_positive_int, check_scale
 
 
 class SoftmaxAttention(AttentionBase):
@@ -17,7 +17,7 @@ class SoftmaxAttention(AttentionBase):
     exactly this (softmax + conv) when their config sets num_landmarks == segment_means_seq_len.
     ``block_size`` w restricts every token to its own block of w tokens (block-diagonal attention,
     :func:`~nystrom.functional.block_diagonal.block_diagonal_attention`): a long model of copied positions
-    then computes what its source computes on each block alone.
+    then computes what its source computes on each block alone. ``scale``: the logit scale, None = 1/√d.
     """
 
     name = "softmax"
@@ -31,6 +31,7 @@ class SoftmaxAttention(AttentionBase):
         dim_head: int = 64,
         conv_kernel_size: int | None = None,
         block_size: int | None = None,
+        scale: float | None = None,
         qkv_bias: bool = True,
         dropout: float = 0.0,
         recompute: bool = False,
@@ -47,14 +48,16 @@ class SoftmaxAttention(AttentionBase):
         if block_size is not None:
             check_positive_int("block_size", block_size)
         self.block_size = block_size
+        self.scale = check_scale(scale)
 
     def core(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
         if self.block_size is not None:
-            return block_diagonal_attention(q, k, v, block_size=self.block_size, mask=mask)
-        return softmax_attention(q, k, v, mask=mask)
+            return block_diagonal_attention(q, k, v, block_size=self.block_size, mask=mask, scale=self.scale)
+        return softmax_attention(q, k, v, mask=mask, scale=self.scale)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + ("" if self.block_size is None else f", block_size={self.block_size}")
+        extra = "" if self.block_size is None else f", block_size={self.block_size}"
+        return super().extra_repr() + extra + ("" if self.scale is None else f", scale={self.scale}")

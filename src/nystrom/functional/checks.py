@@ -131,6 +131,15 @@ def check_mask(mask: torch.Tensor | None, b: int, n: int, device: torch.device) 
     return mask
 
 
+def check_scale(scale: float | None) -> float | None:
+    """A module's logit scale: None (1/√d) or a finite number > 0; returned as a float."""
+    if scale is None:
+        return None
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be None (1/sqrt(d)) or a finite number > 0, got {scale!r}")
+    return float(scale)
+
+
 def zero_padding(mask: torch.Tensor | None, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Each (b, h, n, ·) tensor with its padded positions (``mask`` (b, n) False) set to 0.
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -44,9 +45,13 @@ ATTENTIONS: dict[str, str | tuple[tuple[str, int], ...]] = {
     "nystrom": _NYSTROM,
     "block512": "softmax,block_size=512",
     "local-nystrom": (("longformer-511", 3), (_NYSTROM, 3)),  # a ±255 window below: no aliased copy in view
+    "softmax-logn": "softmax",  # log-length scaled logits: s = log(N)/log(L) / √d (LOG_SCALED)
+    "nystrom-logn": _NYSTROM,
 }
+#: attentions whose logits are scaled by log(N)/log(L): as sharp over N keys as the source was over L
+LOG_SCALED = ("softmax-logn", "nystrom-logn")
 #: attentions whose variants count as long Nyström models (the ones trained after the screen)
-NYSTROM_ATTENTIONS = ("nystrom", "local-nystrom")
+NYSTROM_ATTENTIONS = ("nystrom", "local-nystrom", "nystrom-logn")
 SOURCE, CONTINUED, BASELINE_LONG = "source", "window-512-continued", "copy-nystrom"
 #: every name ``--variants`` takes
 TRAINABLE = (CONTINUED, *(f"{s}-{a}" for s in SCHEMES for a in ATTENTIONS))
@@ -140,13 +145,14 @@ class PositionsRun:
         return NEW_PARAMS if attention in NYSTROM_ATTENTIONS else NEW_PARAMS[:1]
 
 
-def attention_spec(name: str) -> dict[str, Any] | list[dict[str, Any]]:
-    """The attention ``to_long`` gets for ``ATTENTIONS[name]``: one dict, or one per layer."""
+def attention_spec(name: str, *, scale: float | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+    """The attention ``to_long`` gets for ``ATTENTIONS[name]``: one dict, or one per layer; ``scale`` (the
+    logit scale of the :data:`LOG_SCALED` ones) is set when given."""
     from nystrom_lab.text.models import text_attention
 
     spec = ATTENTIONS[name]
     if isinstance(spec, str):
-        return text_attention(spec)
+        return text_attention(spec) | ({} if scale is None else {"scale": scale})
     return [text_attention(text) for text, layers in spec for _ in range(layers)]
 
 
@@ -157,9 +163,19 @@ def build_long(run: PositionsRun, variant: str):
     scheme, attention = split_variant(variant)
     positions, alpha = SCHEMES[scheme]
     return to_long(
-        run.out / SOURCE / "model", max_position_embeddings=run.long_length, attention=attention_spec(attention),
-        positions=positions, alpha=alpha, seed=run.seed,
+        run.out / SOURCE / "model", max_position_embeddings=run.long_length,
+        attention=attention_spec(attention, scale=log_scale(run, attention)), positions=positions, alpha=alpha,
+        seed=run.seed,
     )  # fmt: skip
+
+
+def log_scale(run: PositionsRun, attention: str) -> float | None:
+    """s = log(N)/log(L) / √d for the :data:`LOG_SCALED` attentions (d the source's head width), else None."""
+    if attention not in LOG_SCALED:
+        return None
+    config = json.loads((run.out / SOURCE / "model" / "config.json").read_text())
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    return math.log(run.long_length) / math.log(run.source_length) / math.sqrt(head_dim)
 
 
 def prepare_source(run: PositionsRun) -> Path:

@@ -23,6 +23,7 @@ from nystrom_lab.long_context.positions import (
     SOURCE,
     PositionsRun,
     attention_spec,
+    log_scale,
     split_variant,
 )
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen
@@ -47,7 +48,7 @@ def describe(run: PositionsRun, variant: str) -> dict:
     scheme, attention = split_variant(variant)
     positions, alpha = SCHEMES[scheme]
     return {
-        "attention": attention_spec(attention),
+        "attention": attention_spec(attention, scale=log_scale(run, attention)),
         "positions": positions if alpha is None else f"{positions}, alpha {alpha}",
     }
 
