@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 from nystrom_lab.long_context.positions import (
+    ATTENTIONS,
     CONTINUED,
     SCHEMES,
     SOURCE,
@@ -27,7 +28,7 @@ from nystrom_lab.long_context.positions import (
     split_variant,
 )
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen
-from nystrom_lab.long_context.report import _machine, plot, summarise
+from nystrom_lab.long_context.report import _machine, summarise
 
 
 def trained(run: PositionsRun) -> list[str]:
@@ -92,9 +93,88 @@ def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None =
     report["machine"] = _machine()
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     if report["variants"]:
-        plot({"variants": report["variants"]}, run.out / "curves.png")
+        plot_curves(run, report["variants"], run.out / "curves.png")
+    if report["step0"]:
+        plot_screen(report["step0"], run.out / "screen.png")
     (run.out / "results.md").write_text(tables(report))
     return report
+
+
+def plot_curves(run: PositionsRun, variants: dict, png):
+    """Dev MLM accuracy against tokens seen since MiniLM (continued runs start where the source's best step
+    ended), and every variant's accuracy by position at its last evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    res = run.out / SOURCE / "results.json"
+    best = (
+        json.loads(res.read_text()).get("best_step", run.source_steps) if res.is_file() else run.source_steps
+    )
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
+    for name, v in variants.items():
+        start = 0 if name == SOURCE else best * run.tokens_per_step
+        xs = [(start + step * run.tokens_per_step) / 1e6 for step in v["curves"]["step"]]
+        ax1.plot(xs, [100 * a for a in v["curves"]["mlm_acc"]], "o-", ms=3, label=name)
+    ax1.set(xlabel="training tokens since MiniLM (M)", ylabel="dev MLM accuracy (%)",
+            title="source at 512 tokens, then each variant (same dev tokens)")  # fmt: skip
+    ax1.grid(alpha=0.3)
+    ax1.legend(fontsize=8)
+    buckets = _buckets(variants)
+    width = 0.8 / max(1, len(variants))
+    for i, (name, v) in enumerate(variants.items()):
+        xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(buckets))]
+        ax2.bar(
+            xs, [100 * v["mlm_acc_by_bucket"][b] for b in buckets], width, label=f"{name} (step {v['final_step']})"
+        )
+    ax2.set_xticks(range(len(buckets)), buckets)
+    ax2.set(
+        xlabel="position in the 4096-token layout",
+        ylabel="dev MLM accuracy (%)",
+        title="at the last evaluation",
+    )
+    ax2.set_ylim(bottom=min(20.0, ax2.get_ylim()[1] - 10))
+    ax2.grid(axis="y", alpha=0.3)
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
+
+
+def plot_screen(step0: dict, png):
+    """Step-0 dev MLM accuracy of every scheme (groups) and attention (bars), the source as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    schemes = [s for s in SCHEMES if any(k.startswith(s + "-") for k in step0)]
+    attentions = [a for a in ATTENTIONS if any(k.endswith("-" + a) and k in step0 for k in step0)]
+    fig, ax = plt.subplots(figsize=(11, 4))
+    width = 0.8 / max(1, len(attentions))
+    for i, a in enumerate(attentions):
+        xs = [j + (i - (len(attentions) - 1) / 2) * width for j in range(len(schemes))]
+        ys = [100 * step0.get(f"{s}-{a}", {}).get("mlm_acc", float("nan")) for s in schemes]
+        ax.bar(xs, ys, width, label=a)
+    if SOURCE_WINDOWS in step0:
+        ax.axhline(
+            100 * step0[SOURCE_WINDOWS]["mlm_acc"],
+            color="k",
+            ls="--",
+            lw=1,
+            label="source on 512-token windows",
+        )
+    ax.set_xticks(range(len(schemes)), schemes)
+    ax.set(xlabel="position scheme (4096 rows from 512)", ylabel="dev MLM accuracy at step 0 (%)",
+           title="converted from the MLM-trained source, no training")  # fmt: skip
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
 
 
 def _buckets(entries: dict) -> list[str]:
