@@ -27,7 +27,7 @@ from nystrom_lab.long_context.positions import (
     log_scale,
     split_variant,
 )
-from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen
+from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen, screened_variants
 from nystrom_lab.long_context.report import _machine, summarise
 
 
@@ -126,7 +126,10 @@ def plot_curves(run: PositionsRun, variants: dict, png):
     for i, (name, v) in enumerate(variants.items()):
         xs = [j + (i - (len(variants) - 1) / 2) * width for j in range(len(buckets))]
         ax2.bar(
-            xs, [100 * v["mlm_acc_by_bucket"][b] for b in buckets], width, label=f"{name} (step {v['final_step']})"
+            xs,
+            [100 * v["mlm_acc_by_bucket"][b] for b in buckets],
+            width,
+            label=f"{name} (step {v['final_step']})",
         )
     ax2.set_xticks(range(len(buckets)), buckets)
     ax2.set(
@@ -191,7 +194,13 @@ def tables(report: dict) -> str:
         src = step0.get(SOURCE_WINDOWS)
         head = ["variant (step 0)", "overall", *buckets, "[0, 512) vs source"]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for name, v in step0.items():
+        order = [
+            SOURCE_WINDOWS,
+            *screened_variants(),
+        ]  # results.json sorts its keys: back to the screen's order
+        for name, v in sorted(
+            step0.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)
+        ):
             gap = (
                 ""
                 if src is None
@@ -205,7 +214,15 @@ def tables(report: dict) -> str:
             ]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
-    variants = {k: v for k, v in report["variants"].items() if v}
+    first = [SOURCE, CONTINUED]
+    variants = {
+        k: v
+        for k, v in sorted(
+            report["variants"].items(),
+            key=lambda kv: (kv[0] not in first, first.index(kv[0]) if kv[0] in first else 0),
+        )
+        if v
+    }
     if variants:
         buckets = _buckets(variants)
         head = ["variant", "positions", "steps", "tokens", "step 0", "final", *buckets, "s/step", "peak MB"]
