@@ -94,31 +94,46 @@ class LongContextRun:
         ]  # fmt: skip
 
 
+def minilm_mlm(seed: int):
+    """MiniLM as it is (softmax, 512 positions) with an MLM head drawn from ``seed`` alone."""
+    from nystrom.model import NystromformerForMaskedLM, from_bert, minilm_path
+    from nystrom.model.long import fresh_mlm_head
+    from nystrom.model.transfer import transfer
+
+    bert = from_bert(minilm_path(), attention="softmax")
+    model = transfer(bert, NystromformerForMaskedLM, bert.config)
+    fresh_mlm_head(model, seed=seed)
+    return model
+
+
+def save_start(model, folder: Path, tokenizer: Path) -> Path:
+    """Write a starting folder atomically: the model, and the tokenizer with its ``model_max_length``."""
+    from nystrom.model import save_tokenizer
+
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    model.save_pretrained(tmp)
+    save_tokenizer(tokenizer, tmp, model_max_length=model.config.max_position_embeddings)
+    os.replace(tmp, folder)
+    return folder
+
+
 def prepare_model(run: LongContextRun, variant: str) -> Path:
     """Write ``variant``'s starting folder (once): MiniLM converted, or as it is for the window variant,
     with the MLM head drawn from ``run.seed`` alone so that every variant starts with the same head."""
     folder = run.model_dir(variant)
     if (folder / "config.json").is_file():
         return folder
-    from nystrom.model import NystromformerForMaskedLM, from_bert, minilm_path, save_tokenizer, to_long
-    from nystrom.model.long import fresh_mlm_head
-    from nystrom.model.transfer import transfer
+    from nystrom.model import minilm_path, to_long
     from nystrom_lab.text.models import text_attention
 
     spec, _ = VARIANTS[variant]
     source = minilm_path()
     if spec is None:
-        bert = from_bert(source, attention="softmax")
-        model = transfer(bert, NystromformerForMaskedLM, bert.config)
-        fresh_mlm_head(model, seed=run.seed)
+        model = minilm_mlm(run.seed)
     else:
         attention = text_attention(spec)
         model = to_long(source, max_position_embeddings=run.long_length, attention=attention, seed=run.seed)
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    model.save_pretrained(tmp)
-    save_tokenizer(source / "tokenizer.json", tmp, model_max_length=model.config.max_position_embeddings)
-    os.replace(tmp, folder)
-    return folder
+    return save_start(model, folder, source / "tokenizer.json")
 
 
 def train_variant(run: LongContextRun, variant: str, *, progress: bool = True, device: str = "auto") -> None:

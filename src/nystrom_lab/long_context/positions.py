@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -180,35 +179,23 @@ def log_scale(run: PositionsRun, attention: str) -> float | None:
 
 def prepare_source(run: PositionsRun) -> Path:
     """MiniLM with a fresh MLM head (drawn from ``run.seed``), as the long-context experiment's window-512."""
+    from nystrom.model import minilm_path
+    from nystrom_lab.long_context.experiment import minilm_mlm, save_start
+
     folder = run.model_dir(SOURCE)
     if (folder / "config.json").is_file():
         return folder
-    from nystrom.model import NystromformerForMaskedLM, from_bert, minilm_path
-    from nystrom.model.long import fresh_mlm_head
-    from nystrom.model.transfer import transfer
-
-    bert = from_bert(minilm_path(), attention="softmax")
-    model = transfer(bert, NystromformerForMaskedLM, bert.config)
-    fresh_mlm_head(model, seed=run.seed)
-    return _save(model, folder, minilm_path() / "tokenizer.json")
+    return save_start(minilm_mlm(run.seed), folder, minilm_path() / "tokenizer.json")
 
 
 def prepare_variant(run: PositionsRun, variant: str) -> Path:
     """``variant``'s starting folder (once): the trained source converted."""
+    from nystrom_lab.long_context.experiment import save_start
+
     folder = run.model_dir(variant)
     if variant == CONTINUED or (folder / "config.json").is_file():
         return folder
-    return _save(build_long(run, variant), folder, run.out / SOURCE / "model" / "tokenizer.json")
-
-
-def _save(model, folder: Path, tokenizer: Path) -> Path:
-    from nystrom.model import save_tokenizer
-
-    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    model.save_pretrained(tmp)
-    save_tokenizer(tokenizer, tmp, model_max_length=model.config.max_position_embeddings)
-    os.replace(tmp, folder)
-    return folder
+    return save_start(build_long(run, variant), folder, run.out / SOURCE / "model" / "tokenizer.json")
 
 
 def train_variant(run: PositionsRun, variant: str, *, progress: bool = True, device: str = "auto") -> None:

@@ -23,6 +23,7 @@ from nystrom_lab.long_context.positions import (
     build_long,
     variant_name,
 )
+from nystrom_lab.long_context.report import _by_bucket
 
 SOURCE_WINDOWS = "source-512"  # the source on L-token windows: what every variant is compared with
 
@@ -31,21 +32,9 @@ def screened_variants() -> tuple[str, ...]:
     return tuple(variant_name(s, a) for s in SCHEMES for a in ATTENTIONS)
 
 
-def by_bucket(metrics: dict, name: str = "mlm_accuracy") -> dict[str, float]:
-    """``{"[0, 512)": acc, ...}`` from an evaluation's ``mlm_accuracy@0-512`` keys, in position order."""
-    from nystrom_lab.data.text_mlm import bucket_label
-
-    spans = sorted(
-        (tuple(map(int, k.split("@")[1].split("-"))), v)
-        for k, v in metrics.items()
-        if k.startswith(name + "@")
-    )
-    return {bucket_label(lo, hi): v for (lo, hi), v in spans}
-
-
 def summary(metrics: dict) -> dict:
     """The results.json entry of one evaluation: overall and per-bucket accuracy, and the loss."""
-    return {"mlm_acc": metrics["mlm_accuracy"], "mlm_acc_by_bucket": by_bucket(metrics),
+    return {"mlm_acc": metrics["mlm_accuracy"], "mlm_acc_by_bucket": _by_bucket(metrics, "mlm_accuracy"),
             "mlm_loss": metrics["mlm_loss"]}  # fmt: skip
 
 
