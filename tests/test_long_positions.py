@@ -4,6 +4,7 @@ screen, and the screen and report end to end on a tiny 6-layer model."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,15 @@ import torch
 
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, save_tokenizer
 from nystrom_lab.data.text import train_wordpiece
-from nystrom_lab.long_context.positions import CONTINUED, PositionsRun, chosen_variants, split_variant
+from nystrom_lab.long_context import positions
+from nystrom_lab.long_context.positions import (
+    CONTINUED,
+    PositionsRun,
+    chosen_variants,
+    finished,
+    split_variant,
+    train_variant,
+)
 from nystrom_lab.long_context.positions_report import write_report
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, screen
 from nystrom_lab.text.pretrain_run import PretrainRun
@@ -82,6 +91,32 @@ def tiny_source(tmp_path):
     (out / "source" / "results.json").write_text("{}")
     return PositionsRun(corpus=(str(corpus),), out=out, long_length=1024, tokens_per_step=2048, dev_fraction=0.1,
                         precision="fp32")  # fmt: skip
+
+
+def test_a_finished_source_without_its_weights_is_trained_again_before_a_conversion(tiny_source, monkeypatch):
+    # a fresh checkout holds every run's results (committed) but no weights (not committed)
+    run, launched = tiny_source, []
+    model = run.out / "source" / "model"
+    kept = run.out.parent / "kept-source"
+    shutil.move(model, kept)
+
+    def fake_run(cmd: list[str], *, check: bool) -> None:
+        out = Path(arg(cmd, "--out"))
+        launched.append(out.name)
+        if out.name == "source":
+            shutil.copytree(kept, out / "model")
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text("{}")
+
+    monkeypatch.setattr(positions.subprocess, "run", fake_run)
+    monkeypatch.setattr(positions, "prepare_source", lambda run: None)  # MiniLM's start: not needed here
+    assert finished(run, "source") and not finished(run, "source", weights=True)
+    train_variant(run, "copy-nystrom", progress=False, device="cpu")
+    assert launched == ["source", "copy-nystrom"]
+    assert (run.out / "models" / "copy-nystrom" / "config.json").is_file()
+    train_variant(run, "copy-nystrom", progress=False, device="cpu")  # finished: nothing to do
+    train_variant(run, "hier0.4-nystrom", progress=False, device="cpu")  # the source's weights are back
+    assert launched == ["source", "copy-nystrom", "hier0.4-nystrom"]
 
 
 def test_screen_and_report_end_to_end(tiny_source):

@@ -15,7 +15,7 @@ from nystrom_lab.cli import run_command as main
 from nystrom_lab.data.text import train_wordpiece
 from nystrom_lab.text.figure5 import plot_runs
 from nystrom_lab.text.models import text_attention
-from nystrom_lab.text.pretrain import PretrainRun, build_model, run_pretrain
+from nystrom_lab.text.pretrain import PretrainRun, build_model, run_pretrain, same_run
 from nystrom_lab.training.logging import read_metrics
 
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
@@ -100,8 +100,18 @@ def test_resume_with_other_options_is_refused(setup, tmp_path):
         attention="nystrom-8", max_length=48, steps=1, batch_size=4, dev_fraction=0.2,
     )  # fmt: skip
     run_pretrain(run, progress=False)
-    with pytest.raises(ValueError, match="other options"):
+    with pytest.raises(ValueError, match=r"other options \(attention, model_config differ\)"):
         run_pretrain(PretrainRun(**{**run.__dict__, "attention": "softmax"}), progress=False)
+
+
+def test_a_record_written_before_later_options_describes_the_same_run():
+    # regression: the #37 source's record (lr_scale None, no position_extension) refused its own retraining
+    config = {"hidden_size": 8, "position_extension": None}
+    new = {"lr": 1e-4, "lr_scale": [], "dev_seed": None, "model_config": config}
+    old = {"lr": 1e-4, "lr_scale": None, "model_config": {"hidden_size": 8}}
+    assert same_run(old, new)
+    assert not same_run({**old, "model_config": {"hidden_size": 16}}, new)
+    assert not same_run(old, {**new, "model_config": {**config, "position_extension": {"name": "copy"}}})
 
 
 def test_ddp_two_processes_equals_one_process(setup, tmp_path, free_port):

@@ -51,6 +51,17 @@ def test_loss_falls_and_outputs_are_written(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["best_step"] == res["best_step"]
 
 
+def test_a_fresh_run_in_a_folder_with_an_old_log_starts_the_log_afresh(tmp_path):
+    # regression: a run restarted from scratch over a committed metrics.jsonl (weights are not committed)
+    # kept the old step-0 line and logged a second one beside it
+    old = [{"step": 0, "split": "dev", "accuracy": -1.0}, {"step": 3, "split": "train", "loss": -1.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old))
+    train(make_task(), config(steps=4, eval_every=2, eval_at_start=True), tmp_path, progress=False)
+    recs = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in recs if r["split"] == "dev"] == [0, 2, 4]
+    assert all(r.get("accuracy", 0.0) >= 0 and r.get("loss", 0.0) >= 0 for r in recs)
+
+
 def test_kill9_then_same_command_resumes_to_identical_weights(tmp_path):
     ref, run = tmp_path / "ref", tmp_path / "run"
     subprocess.run([sys.executable, TOY, str(ref)], check=True, env=ENV, capture_output=True)

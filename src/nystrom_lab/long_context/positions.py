@@ -198,15 +198,27 @@ def prepare_variant(run: PositionsRun, variant: str) -> Path:
     return save_start(build_long(run, variant), folder, run.out / SOURCE / "model" / "tokenizer.json")
 
 
-def train_variant(run: PositionsRun, variant: str, *, progress: bool = True, device: str = "auto") -> None:
-    """Train (or resume) ``variant`` in a child process; a finished one (``results.json``) is skipped."""
-    if (run.out / variant / "results.json").is_file():
+def finished(run: PositionsRun, variant: str, *, weights: bool = False) -> bool:
+    """``variant`` has finished training (``results.json``) and, with ``weights``, its trained model is on disk:
+    results are committed, weights are not, so a fresh checkout has the first without the second."""
+    folder = run.out / variant
+    has_weights = (folder / "model" / "config.json").is_file()
+    return (folder / "results.json").is_file() and (has_weights or not weights)
+
+
+def train_variant(
+    run: PositionsRun, variant: str, *, weights: bool = False, progress: bool = True, device: str = "auto"
+) -> None:
+    """Train (or resume) ``variant`` in a child process unless :func:`finished` (``weights``: its trained model
+    is needed, so a finished run whose weights are missing is trained again from its start, with the same
+    seeds). A long variant's start is converted from the trained source, which is (re)trained first if needed."""
+    if finished(run, variant, weights=weights):
         return
     if variant == SOURCE:
         prepare_source(run)
     else:
-        if not (run.out / SOURCE / "results.json").is_file():
-            raise FileNotFoundError(f"{run.out / SOURCE} has not finished: train the source first")
+        if not (run.model_dir(variant) / "config.json").is_file():
+            train_variant(run, SOURCE, weights=True, progress=progress, device=device)
         prepare_variant(run, variant)
     cmd = [sys.executable, "-m", "nystrom_lab.cli", *run.pretrain_args(variant, device=device)]
     if not progress:

@@ -28,7 +28,8 @@ def cmd_long_positions(args) -> int:
         )
     progress = not args.no_progress
     if "source" in stages:
-        train_variant(run, SOURCE, progress=progress, device=args.device)
+        # weights=True: the later stages load the source (a fresh checkout has its results, not its weights)
+        train_variant(run, SOURCE, weights=True, progress=progress, device=args.device)
     from nystrom_lab.long_context.positions_report import write_report
 
     step0 = screen(run, progress=progress) if "screen" in stages else None
@@ -73,8 +74,8 @@ def register(sub) -> None:
     c.add_argument("--out", type=output_dir, default=d.out, help=f"experiment folder (default {d.out})")
     c.add_argument(
         "--stages", nargs="+", choices=(*STAGES, "all"), default=["all"],
-        help="what to do, in this order: source (train it), screen (step 0), train (equal budget), report,"
-        " genre (fine-tune the best long model and window-512-continued; not part of all)",
+        help="what to do, in this order: source (train it, or again where its weights are missing), screen"
+        " (step 0), train (equal budget), report, genre (fine-tune the best long model and window-512-continued; not part of all)",
     )  # fmt: skip
     c.add_argument(
         "--variants", nargs="+", metavar="NAME", choices=positions.TRAINABLE,

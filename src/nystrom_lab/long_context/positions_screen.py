@@ -46,6 +46,11 @@ class Scorer:
         from nystrom_lab.data.text_corpus import resolve_corpus
 
         self.run = run
+        if not (run.out / SOURCE / "model" / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{run.out / SOURCE / 'model'} not found: the screen converts the trained source (results are"
+                " committed, weights are not); run the source stage first (`--stages source screen`)"
+            )
         self.tok = load_tokenizer(run.out / SOURCE / "model" / "tokenizer.json")
         files = resolve_corpus(list(run.corpus), run.out / "cache")
         self.cache = build_token_cache(files, self.tok, run.out / "cache" / "tokens", doc_mode="blank")

@@ -153,13 +153,28 @@ def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     return Task(PreTrainingObjective(model), train_set, collate, pretrain_step, dev=dev_set, name=name), tok
 
 
+#: options added later: a record without them (or, for lr_scale, with None) meant these
+_LATER_OPTIONS = {"lr_scale": [], "dev_seed": None}
+#: model-config fields added later with these defaults (a record written before them describes the same model)
+_LATER_CONFIG = {"position_extension": None}
+
+
+def _upgrade(record: dict) -> dict:
+    """``record`` as today's code would write it for the same run."""
+    out = {**_LATER_OPTIONS, **record}
+    if out["lr_scale"] is None:
+        out["lr_scale"] = []
+    if isinstance(out.get("model_config"), dict):
+        out["model_config"] = {**_LATER_CONFIG, **out["model_config"]}
+    return out
+
+
 def same_run(old: dict, new: dict) -> bool:
     """Whether two ``pretrain_run.json`` records describe the same run: every option equal, the tokenizer
     compared by content (records written before tokenizers were hashed hold its path instead: a path
     is not compared, the vocabulary is checked when the model and data load)."""
     keys = ("tokenizer", "tokenizer_file")
-    later = {"lr_scale": [], "dev_seed": None}  # options added later: a record without them meant these
-    old, new = {**later, **old}, {**later, **new}
+    old, new = _upgrade(old), _upgrade(new)
     strip = lambda r: {k: v for k, v in r.items() if k not in keys}  # noqa: E731
     old_tok, new_tok = old.get("tokenizer"), new.get("tokenizer")
     if (
@@ -190,8 +205,13 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     record.update(model_config=task.model.model.config.definition(), tokenizer=describe_file(tok.path))
     record = json.loads(json.dumps(record))  # as the file holds it (tuples as lists), so that the two compare
     path = run.out / "pretrain_run.json"
-    if path.exists() and not same_run(json.loads(path.read_text()), record):
-        raise ValueError(f"{run.out} holds a run with other options; use another --out or the same options")
+    if path.exists() and not same_run(old := json.loads(path.read_text()), record):
+        old, new = _upgrade(old), _upgrade(record)
+        differ = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        raise ValueError(
+            f"{run.out} holds a run with other options ({', '.join(differ)} differ); use another --out or the"
+            " same options"
+        )
     if _rank() == 0:
         run.out.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")

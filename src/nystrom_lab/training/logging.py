@@ -10,6 +10,7 @@ class MetricsLog:
     """Append-only JSONL of ``{"step", "split", ...}`` records; TensorBoard too when it is installed."""
 
     def __init__(self, out_dir: Path, *, enabled: bool = True, resume_step: int = 0) -> None:
+        """``resume_step``: the checkpoint's step, whose lines up to it are kept; -1 for a fresh run (none kept)."""
         self.path = Path(out_dir) / "metrics.jsonl"
         self.enabled = enabled
         self.tb = None

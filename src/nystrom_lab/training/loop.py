@@ -161,7 +161,8 @@ def train(
         if rng is not None:
             set_rng_state(rng, device)
     ddp, fwd = _wrap(model, device, world, cfg.compile)
-    log = MetricsLog(out_dir, enabled=rank == 0, resume_step=start)
+    # a fresh run (no checkpoint) drops every earlier line, its step-0 evaluation included
+    log = MetricsLog(out_dir, enabled=rank == 0, resume_step=start if ckpt is not None else -1)
     if rank == 0 and start == 0:
         cfg.save(out_dir / "train_config.json")
     better = (lambda a, b: a > b) if cfg.metric_mode == "max" else (lambda a, b: a < b)
