@@ -23,6 +23,7 @@ from nystrom_lab.long_context.positions import (
 )
 from nystrom_lab.long_context.positions_report import write_report
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, screen
+from nystrom_lab.long_context.positions_targets import targets, targets_table
 from nystrom_lab.text.pretrain_run import PretrainRun
 
 FIX = Path(__file__).parent / "fixtures" / "text" / "corpus"
@@ -181,3 +182,35 @@ def test_genre_stage_picks_the_best_finished_long_nystrom_model_and_reports_per_
     assert genre[best]["test_acc"] == [1.0, 1.0] and genre[CONTINUED]["test_acc"] == [0.5, 0.5]
     assert genre[best]["press_recall"] == [1.0, 1.0] and genre[CONTINUED]["press_recall"] == [0.0, 0.0]
     assert genre[best]["vs_window_512"][0]["accuracy_difference"] == 0.5
+
+
+def _curve(steps: list[int], accs: list[float], buckets: dict[str, float]) -> dict:
+    return {"finished": True, "curves": {"step": steps, "mlm_acc": accs}, "final_mlm_acc": accs[-1],
+            "mlm_acc_by_bucket": buckets, "tokens_seen": steps[-1] * 1000}  # fmt: skip
+
+
+def test_targets_compare_each_long_nystrom_variant_with_the_window_baseline_and_extrapolate_the_gap():
+    steps = [0, 100, 1000, 10000]
+    base = _curve(steps, [0.20, 0.25, 0.30, 0.33], {"[0, 512)": 0.34, "[512, 1024)": 0.32})
+    # the gap -3, -2, -1 points at 1e5, 1e6, 1e7 tokens: +1 point per 10x, parity at 1e8
+    long = _curve(steps, [0.19, 0.22, 0.28, 0.32], {"[0, 512)": 0.335, "[512, 1024)": 0.305})
+    step0 = {SOURCE_WINDOWS: {"mlm_acc_by_bucket": {"[0, 512)": 0.30, "[512, 1024)": 0.29}},
+             "copy-local-nystrom": {"mlm_acc_by_bucket": {"[0, 512)": 0.275, "[512, 1024)": 0.1}}}  # fmt: skip
+    report = {"settings": {"tokens_per_step": 1000}, "step0": step0,
+              "variants": {CONTINUED: base, "copy-local-nystrom": long, "copy-softmax": long}}  # fmt: skip
+    found = targets(report)
+    assert list(found) == ["copy-local-nystrom"]  # softmax is not a long Nyström variant
+    e = found["copy-local-nystrom"]
+    assert e["gap_points"] == pytest.approx(-1.0) and not e["mlm_met"]
+    assert e["gap_points_by_bucket"] == pytest.approx({"[0, 512)": -0.5, "[512, 1024)": -1.5})
+    assert e["step0_first_bucket_points"] == pytest.approx(-2.5) and not e["step0_met"]
+    trend = e["trend"]
+    assert trend["gap_points"] == pytest.approx([-3.0, -2.0, -1.0])
+    assert trend["fit_points_per_decade"] == pytest.approx(1.0)
+    assert trend["tokens_to_parity"] == pytest.approx(1e8, rel=1e-6)
+    level = _curve(steps, [0.2, 0.25, 0.30, 0.33], {"[0, 512)": 0.335, "[512, 1024)": 0.315})
+    met = targets({**report, "variants": {CONTINUED: base, "hier0.1-nystrom": level}})["hier0.1-nystrom"]
+    assert met["mlm_met"] and "tokens_to_parity" not in met["trend"]
+    row = "| copy-local-nystrom | 10.00 M | -1.00 | -1.50 in [512, 1024) | not met | -2.50 (not met) | +1.00 points"
+    assert row in targets_table(found) and "≈ 100.0 M tokens" in targets_table(found)
+    assert targets({**report, "variants": {"copy-local-nystrom": long}}) == {}  # no baseline yet

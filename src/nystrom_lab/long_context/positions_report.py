@@ -8,6 +8,8 @@
   positions, ...}`` for the source and every trained variant (``window-512-continued`` among them), with
   their dev curves (every 25 steps, step 0 included);
 - ``genre.{run}.test_acc``: one entry per seed (once the genre stage has run);
+- ``targets.{variant}``: each finished long Nyström variant against ``window-512-continued``
+  (:mod:`nystrom_lab.long_context.positions_targets`);
 - ``settings`` and ``machine``.
 """
 
@@ -28,6 +30,7 @@ from nystrom_lab.long_context.positions import (
     split_variant,
 )
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen, screened_variants
+from nystrom_lab.long_context.positions_targets import targets, targets_table
 from nystrom_lab.long_context.report import _machine, summarise
 
 
@@ -90,6 +93,7 @@ def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None =
         v["probe"] = probe_in_child(run, variant) if probes and finished and variant != SOURCE else kept
         v["peak_mem_mb"] = v["probe"]["peak_mem_mb"] if v["probe"] else None
         report["variants"][variant] = v
+    report["targets"] = targets(report)
     report["machine"] = _machine()
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     if report["variants"]:
@@ -234,4 +238,6 @@ def tables(report: dict) -> str:
                      f"{v['median_step_s']:.1f}" if v.get("median_step_s") else "-",
                      f"{v['peak_mem_mb']:.0f}" if v.get("peak_mem_mb") else "-"]  # fmt: skip
             out.append("| " + " | ".join(cells) + " |")
+    if report.get("targets"):
+        out += ["", targets_table(report["targets"])]
     return "\n".join(out) + "\n" if out else "nothing measured yet\n"
