@@ -16,8 +16,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from nystrom_lab.long_context.positions import (
     ATTENTIONS,
@@ -31,7 +29,7 @@ from nystrom_lab.long_context.positions import (
 )
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen, screened_variants
 from nystrom_lab.long_context.positions_targets import targets, targets_table
-from nystrom_lab.long_context.report import _machine, summarise
+from nystrom_lab.long_context.report import _machine, probe_child, summarise
 
 
 def trained(run: PositionsRun) -> list[str]:
@@ -60,14 +58,7 @@ def describe(run: PositionsRun, variant: str) -> dict:
 def probe_in_child(run: PositionsRun, variant: str) -> dict:
     """Training-step time and peak memory of ``variant`` (:func:`nystrom_lab.long_context.report.probe`) in a
     fresh interpreter, so the peak is the variant's own; ``window-512-continued`` probes the source model."""
-    code = (
-        "import json, sys; from nystrom_lab.long_context.positions import PositionsRun;"
-        "from nystrom_lab.long_context.report import probe;"
-        "print(json.dumps(probe(PositionsRun.from_record(json.loads(sys.argv[1])), sys.argv[2])))"
-    )
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(run.record()), variant],
-                          check=True, capture_output=True, text=True)  # fmt: skip
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return probe_child("nystrom_lab.long_context.positions:PositionsRun", run.record(), variant)
 
 
 def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None = None) -> dict:
