@@ -72,10 +72,11 @@ def _weights_folder(init_from: str) -> Path:
 
 def cmd_convert_long(args: argparse.Namespace) -> int:
     from nystrom.model import source_length, to_long
+    from nystrom.model.interop_bert import BERT_FAMILY
     from nystrom_lab.text.models import text_attention
 
     source = _weights_folder(args.init_from)
-    _, length = source_length(source)  # config.json checks before any weight is read
+    model_type, length = source_length(source)  # config.json checks before any weight is read
     if args.max_length <= length:
         raise UsageError(f"--max-length {args.max_length} must be above the source's {length} positions")
     from nystrom.model.positions import check_scheme
@@ -84,8 +85,9 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
         check_scheme(args.positions, args.alpha, source_rows=length, rows=args.max_length)
     except ValueError as err:
         raise UsageError(f"--positions {args.positions} --alpha {args.alpha}: {err}") from err
-    specs = [text_attention(a, max_length=args.max_length) for a in args.attention]
-    attention = specs[0] if len(specs) == 1 else specs
+    given = args.attention or ([] if model_type in BERT_FAMILY else ["nystrom"])  # []: to_long's default
+    specs = [text_attention(a, max_length=args.max_length) for a in given]
+    attention = None if not specs else specs[0] if len(specs) == 1 else specs
     model = to_long(
         source, max_position_embeddings=args.max_length, attention=attention, positions=args.positions,
         alpha=args.alpha, seed=args.seed,
@@ -99,7 +101,9 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
     pos = model.nystromformer.embeddings
     how = {"copy": f"copied {args.max_length / length:.1f}x", "interpolate": "interpolated",
            "hierarchical": f"decomposed hierarchically, alpha {model.config.position_extension.get('alpha')}"}
-    print(f"wrote {type(model).__name__} ({' '.join(args.attention)}, {args.max_length} positions: the source's"
+    layers = [model.config.layer_attention(i)["name"] for i in range(model.config.num_hidden_layers)]
+    kinds = layers[0] if len(set(layers)) == 1 else " ".join(layers)
+    print(f"wrote {type(model).__name__} ({kinds}, {args.max_length} positions: the source's"
           f" {length} rows {how[args.positions]}, offset {pos.offset}) to {args.out}")  # fmt: skip
     return 0
 
@@ -162,7 +166,8 @@ def register(subparsers) -> None:
             k.add_argument("--segment-means-seq-len", type=positive_int, help="HF's fixed Nyström length")
         k.set_defaults(func=cmd_convert)
     k = kinds.add_parser(
-        "long", help="a 512-token BERT/RoBERTa/XLM-R/Nystromformer -> a long model (positions copied, Nyström)",
+        "long", help="a 512-token BERT/RoBERTa/XLM-R/Nystromformer -> a long model (positions copied; windows below,"
+        " Nyström above)",
         description="Longformer's recipe: extend the learned position table to --max-length by copying the"
         " source's rows, switch the attention (a conv skip starts at zero), add an MLM head if the source"
         " has none. Continue with: nystrom pretrain --init-from OUT --max-length N --corpus ...",
@@ -173,10 +178,13 @@ def register(subparsers) -> None:
     k.add_argument("--max-length", type=positive_int, required=True, help="positions of the long model (N)")
     k.add_argument("--out", type=output_dir, required=True, help="folder to write")
     k.add_argument(
-        "--attention", type=attention, nargs="+", default=["nystrom"], metavar="SPEC",
-        help="attention spec of the long model (default nystrom: NystromAttention's landmarks, conv kernel"
-        " 65 zero-initialised; softmax keeps exact attention), or one spec per layer (e.g. 3 x longformer-511"
-        " then 3 x nystrom for a 6-layer model); " + ATTENTION_HELP.split(". Default")[0],
+        "--attention", type=attention, nargs="+", metavar="SPEC",
+        help="attention spec of the long model, or one spec per layer (e.g. 3 x longformer-511 then 3 x nystrom"
+        " for a 6-layer model). Default: for a BERT-family source a window of L - 1 tokens in the lower half of"
+        " the layers and nystrom above (nystrom.model.long.long_attention: a converted model keeps its"
+        " source's accuracy, docs/long-context.md); for a Nystromformer, nystrom (NystromAttention's"
+        " landmarks, conv kernel 65 zero-initialised). softmax keeps exact attention; "
+        + ATTENTION_HELP.split(". Default")[0],
     )  # fmt: skip
     k.add_argument(
         "--positions", choices=POSITION_SCHEMES, default="copy",
