@@ -182,6 +182,10 @@ def test_genre_stage_picks_the_best_finished_long_nystrom_model_and_reports_per_
     assert genre[best]["test_acc"] == [1.0, 1.0] and genre[CONTINUED]["test_acc"] == [0.5, 0.5]
     assert genre[best]["press_recall"] == [1.0, 1.0] and genre[CONTINUED]["press_recall"] == [0.0, 0.0]
     assert genre[best]["vs_window_512"][0]["accuracy_difference"] == 0.5
+    # regression: write_report took genre= and dropped it, so results.json never held the genre stage
+    write_report(run, probes=False, genre=genre)
+    write_report(run, probes=False)  # a later report keeps it
+    assert json.loads((tmp_path / "results.json").read_text())["genre"][best]["test_acc"] == [1.0, 1.0]
 
 
 def _curve(steps: list[int], accs: list[float], buckets: dict[str, float]) -> dict:

@@ -71,7 +71,7 @@ def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None =
         "settings": run.record(),
         "step0": read_screen(run),
         "variants": {},
-        "genre": old.get("genre", {}),
+        "genre": old.get("genre", {}) if genre is None else genre,
     }
     for variant in trained(run):
         v = summarise(run, variant)
