@@ -7,7 +7,8 @@ import torch
 
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
 from nystrom_lab.long_context.experiment import LongContextRun
-from nystrom_lab.long_context.report import probe, probe_in_child, table
+from nystrom_lab.long_context.probe import probe, probe_in_child
+from nystrom_lab.long_context.report import table
 
 
 def test_probe_runs_both_ways_and_table_lists_the_lean_row(tmp_path):

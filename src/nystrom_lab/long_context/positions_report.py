@@ -29,7 +29,8 @@ from nystrom_lab.long_context.positions import (
 )
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen, screened_variants
 from nystrom_lab.long_context.positions_targets import targets, targets_table
-from nystrom_lab.long_context.report import _machine, probe_child, summarise
+from nystrom_lab.long_context.probe import probe_child
+from nystrom_lab.long_context.report import _machine, summarise
 
 
 def trained(run: PositionsRun) -> list[str]:
@@ -56,7 +57,7 @@ def describe(run: PositionsRun, variant: str) -> dict:
 
 
 def probe_in_child(run: PositionsRun, variant: str) -> dict:
-    """Training-step time and peak memory of ``variant`` (:func:`nystrom_lab.long_context.report.probe`) in a
+    """Training-step time and peak memory of ``variant`` (:func:`nystrom_lab.long_context.probe.probe`) in a
     fresh interpreter, so the peak is the variant's own; ``window-512-continued`` probes the source model."""
     return probe_child("nystrom_lab.long_context.positions:PositionsRun", run.record(), variant)
 
