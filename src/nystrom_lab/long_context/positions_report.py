@@ -25,6 +25,7 @@ from nystrom_lab.long_context.positions import (
     PositionsRun,
     attention_spec,
     log_scale,
+    prepare_variant,
     split_variant,
 )
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen, screened_variants
@@ -82,7 +83,11 @@ def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None =
         v.update(describe(run, variant))
         finished = (run.out / variant / "results.json").is_file()
         kept = (old.get("variants", {}).get(variant) or {}).get("probe")
-        v["probe"] = probe_in_child(run, variant) if probes and finished and variant != SOURCE else kept
+        if probes and finished and variant != SOURCE:
+            prepare_variant(run, variant)  # its start (a fresh checkout has results, not weights)
+            v["probe"] = probe_in_child(run, variant)
+        else:
+            v["probe"] = kept
         v["peak_mem_mb"] = v["probe"]["peak_mem_mb"] if v["probe"] else None
         report["variants"][variant] = v
     report["targets"] = targets(report)
@@ -133,7 +138,8 @@ def plot_curves(run: PositionsRun, variants: dict, png):
         ylabel="dev MLM accuracy (%)",
         title="at the last evaluation",
     )
-    ax2.set_ylim(bottom=min(20.0, ax2.get_ylim()[1] - 10))
+    top = max(100 * v["mlm_acc_by_bucket"][b] for v in variants.values() for b in buckets)
+    ax2.set_ylim(bottom=min(20.0, top - 10), top=top + 1.2 * len(variants))  # the legend above the bars
     ax2.grid(axis="y", alpha=0.3)
     ax2.legend(fontsize=8)
     fig.tight_layout()
@@ -221,13 +227,15 @@ def tables(report: dict) -> str:
     }
     if variants:
         buckets = _buckets(variants)
-        head = ["variant", "positions", "steps", "tokens", "step 0", "final", *buckets, "s/step", "peak MB"]
+        head = ["variant", "positions", "steps", "tokens", "step 0", "final", *buckets, "s/step (run)",
+                "s/step (probe)", "peak MB (probe)"]  # fmt: skip
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for name, v in variants.items():
             cells = [name, v["positions"], f"{v['steps']}/{v['target_steps']}", f"{v['tokens_seen'] / 1e6:.2f} M",
                      f"{100 * v['initial_mlm_acc']:.2f}", f"{100 * v['final_mlm_acc']:.2f}",
                      *(f"{100 * v['mlm_acc_by_bucket'][b]:.2f}" for b in buckets),
                      f"{v['median_step_s']:.1f}" if v.get("median_step_s") else "-",
+                     f"{v['probe']['median_step_s']:.1f}" if v.get("probe") else "-",
                      f"{v['peak_mem_mb']:.0f}" if v.get("peak_mem_mb") else "-"]  # fmt: skip
             out.append("| " + " | ".join(cells) + " |")
     if report.get("targets"):
