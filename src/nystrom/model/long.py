@@ -98,7 +98,9 @@ def source_length(folder: str | Path) -> tuple[str, int]:
     return model_type, length
 
 
-def _load(folder: Path, model_type: str, attention: dict[str, Any] | None) -> NystromformerPreTrainedModel:
+def _load(
+    folder: Path, model_type: str, attention: dict[str, Any] | list[dict[str, Any]] | None
+) -> NystromformerPreTrainedModel:
     if model_type in BERT_FAMILY:
         load = from_roberta if BERT_FAMILY[model_type][1] else from_bert
         return load(folder, attention=attention)
