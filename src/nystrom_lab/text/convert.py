@@ -85,9 +85,13 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
         check_scheme(args.positions, args.alpha, source_rows=length, rows=args.max_length)
     except ValueError as err:
         raise UsageError(f"--positions {args.positions} --alpha {args.alpha}: {err}") from err
-    given = args.attention or ([] if model_type in BERT_FAMILY else ["nystrom"])  # []: to_long's default
-    specs = [text_attention(a, max_length=args.max_length) for a in given]
-    attention = None if not specs else specs[0] if len(specs) == 1 else specs
+    if args.attention:
+        specs = [text_attention(a, max_length=args.max_length) for a in args.attention]
+        attention = specs[0] if len(specs) == 1 else specs
+    elif model_type in BERT_FAMILY:
+        attention = None  # to_long's default: long_attention (windows below, Nyström above)
+    else:
+        attention = text_attention("nystrom", max_length=args.max_length)
     model = to_long(
         source, max_position_embeddings=args.max_length, attention=attention, positions=args.positions,
         alpha=args.alpha, seed=args.seed,
