@@ -76,7 +76,7 @@ def run(
     :data:`~nystrom_lab.bench.models.GRAPHED` models may be asked for too; a case that cannot run
     (:func:`~nystrom_lab.bench.models.refusal`: CUDA graphs off CUDA, a graphed training step) is
     reported as skipped with its reason and never started. With ``deadline_s`` (seconds from the start;
-    a time-boxed run such as scripts/gpu_issue36.sh) a case is killed at the deadline and the later ones
+    a time-boxed run such as scripts/gpu_bench.sh) a case is killed at the deadline and the later ones
     are skipped ("over the run's time budget"), so the report is always written. ``fork``: each case
     forked from one worker that imported torch and transformers once (:mod:`nystrom_lab.bench.models_fork`)
     instead of a new interpreter, seconds less a case."""

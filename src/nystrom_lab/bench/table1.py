@@ -131,7 +131,7 @@ def run(
     skipped (and says why) when n is above ``max_n`` (``max_exact_n`` for the exact methods), when the
     quadratic baseline would need more than 70% of the free memory, or when the same method's call at a
     shorter n already took over ``max_call_s``; one running past ``CASE_TIMEOUT_S`` is killed. With
-    ``deadline_s`` (seconds from the start; a time-boxed run such as scripts/gpu_issue36.sh) a case is
+    ``deadline_s`` (seconds from the start; a time-boxed run such as scripts/gpu_bench.sh) a case is
     killed at the deadline and the cases after it are skipped ("over the run's time budget"), so the
     outputs are always written.
     """

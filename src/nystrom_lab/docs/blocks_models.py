@@ -164,7 +164,7 @@ def gpu_models_graphed(path: Path) -> str:
 
     run = read_json(path)
     if not run["rows"]:  # the placeholder committed before the first GPU run
-        return "Not measured yet: `scripts/gpu_issue36.sh` on a lent GPU writes its data (issue #36)."
+        return "Not measured yet: `scripts/gpu_bench.sh` on a lent GPU writes its data (issue #36)."
     models = tuple(m for m in ALL_MODELS if any(r["model"] == m for r in run["rows"]))
     lines = [([label, str(n)], cases(run, mode, n)) for mode, label in (("inference", "inference"), ("train", "train step"))
              for n in sorted({r["n"] for r in run["rows"] if r["mode"] == mode})]  # fmt: skip

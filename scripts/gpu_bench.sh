@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue #36's GPU run, time-boxed to ≤ 8 minutes of wall time on an H100 (item 4): one command, every table.
 # On a lent GPU machine (its python3 has a CUDA torch and transformers; no network; nothing installed):
-#   bash scripts/gpu_issue36.sh            # writes /tmp/gpu36 (OUT=... to change); `quick`: 4K/16K only
-#   bash scripts/gpu_issue36_commit.sh /tmp/gpu36   # copies the files into docs/gpu/, re-renders the docs
+#   bash scripts/gpu_bench.sh            # writes /tmp/gpu-bench (OUT=... to change); `quick`: 4K/16K only
+#   bash scripts/gpu_bench_commit.sh /tmp/gpu-bench   # copies the files into docs/gpu/, re-renders the docs
 # (the second command runs wherever the files are, e.g. here after they came back from the device).
 # Stages (seconds: each stage's own deadline, its `timeout` 10 s more; a stage that fails or overruns is
 # logged in $OUT/stages.log and the next one runs; no deadline passes END=465 s from the start):
@@ -12,7 +12,7 @@
 # float16_fwd,float32_fwd}.{csv,json}, bench_models_gpu.json, bench_models_gpu_graphed.json (+ .md), stages.log.
 # DRY=1 (or --dry-run): the same Python stages on the CPU at tiny sizes (n ≤ 256, one call), outputs marked DRY.
 set -uo pipefail
-OUT=${OUT:-/tmp/gpu36}
+OUT=${OUT:-/tmp/gpu-bench}
 QUICK=(); DRYARG=()
 for a in "$@"; do
   case "$a" in
@@ -38,7 +38,7 @@ stage() {  # stage NAME BUDGET STAGE [ARGS...]: its deadline (≤ what is left),
   [ "$budget" -gt "$left" ] && budget=$left
   if [ "$budget" -lt 5 ]; then echo "$name skipped: out of time" | tee -a "$LOG"; return; fi
   echo "== $name (budget ${budget} s, at $((SECONDS - T0)) s)"
-  timeout -k 5 $((budget + 10)) $PY -m nystrom_lab.bench.gpu_issue36 "$what" "$OUT" "$@" --budget "$budget" \
+  timeout -k 5 $((budget + 10)) $PY -m nystrom_lab.bench.gpu_bench "$what" "$OUT" "$@" --budget "$budget" \
     "${QUICK[@]}" "${DRYARG[@]}" 2>&1 | grep -v "it/s\]" | tail -40
   local rc=${PIPESTATUS[0]}
   echo "$name rc=$rc $((SECONDS - t)) s" | tee -a "$LOG"

@@ -1,4 +1,4 @@
-"""Issue #36's time-boxed GPU run (scripts/gpu_issue36.sh) on the CPU: its stages' Python parts at tiny
+"""Issue #36's time-boxed GPU run (scripts/gpu_bench.sh) on the CPU: its stages' Python parts at tiny
 sizes, the outside modules of Table 1, the time budget and the copy into docs/gpu/."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from nystrom_lab.bench import gpu_issue36, table1
+from nystrom_lab.bench import gpu_bench, table1
 from nystrom_lab.bench.models_run import run as run_models
 from nystrom_lab.bench.table1_case import measure
 
@@ -61,9 +61,9 @@ def test_graphed_models_on_the_cpu_are_reported_skipped_with_a_reason(tmp_path):
 def test_commit_refuses_a_dry_run_and_leaves_out_tables_cut_by_the_budget(tmp_path):
     out, root = tmp_path / "out", tmp_path / "repo"
     (root / "docs" / "gpu").mkdir(parents=True)
-    gpu_issue36.env(out.mkdir() or out, dry=True)
+    gpu_bench.env(out.mkdir() or out, dry=True)
     with pytest.raises(SystemExit, match="dry run"):
-        gpu_issue36.commit(out, root=root, render=False)
+        gpu_bench.commit(out, root=root, render=False)
     (out / "DRY").unlink()
     with (out / "table1_float16_fwd.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["method", "n", "ms", "skipped"])
@@ -72,5 +72,5 @@ def test_commit_refuses_a_dry_run_and_leaves_out_tables_cut_by_the_budget(tmp_pa
     (out / "bench_models_gpu_graphed.json").write_text(
         json.dumps({"rows": [{"model": "x", "median_s": 1.0}]})
     )
-    assert gpu_issue36.commit(out, root=root, render=False) == ["env.txt", "bench_models_gpu_graphed.json"]
-    assert "table1_float16_fwd.csv" in gpu_issue36.commit(out, root=root, render=False, force=True)
+    assert gpu_bench.commit(out, root=root, render=False) == ["env.txt", "bench_models_gpu_graphed.json"]
+    assert "table1_float16_fwd.csv" in gpu_bench.commit(out, root=root, render=False, force=True)

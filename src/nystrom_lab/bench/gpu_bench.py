@@ -1,6 +1,6 @@
-"""The stages of issue #36's time-boxed GPU run (``scripts/gpu_issue36.sh``), each one command:
+"""The stages of issue #36's time-boxed GPU run (``scripts/gpu_bench.sh``), each one command:
 
-``python -m nystrom_lab.bench.gpu_issue36 STAGE OUT [--dry] [--quick] [--budget S] [args]``, STAGE one of
+``python -m nystrom_lab.bench.gpu_bench STAGE OUT [--dry] [--quick] [--budget S] [args]``, STAGE one of
 
 - ``env``: ``OUT/env.txt`` (nvidia-smi's GPU name, memory, driver; python, torch, CUDA, transformers,
   the GPU; whether lucidrains' package imports; the commit);
@@ -20,7 +20,7 @@
 time budget", the files are still written); the script's ``timeout`` is the backstop. ``--dry``: the same
 entry points on the CPU at tiny sizes (n ≤ 256, one call), for the tests; ``OUT/DRY`` marks its outputs,
 which :func:`commit` refuses. ``--quick``: 4096 and 16384 only. ``commit OUT [--force]`` copies a run's
-files into docs/gpu/ and re-renders the docs (``scripts/gpu_issue36_commit.sh``).
+files into docs/gpu/ and re-renders the docs (``scripts/gpu_bench_commit.sh``).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def table(out: Path, dtype: str, mode: str, *, dry: bool, quick: bool, budget: f
     with tempfile.TemporaryDirectory() as tmp:
         rows = run(lengths=lengths, methods=methods, dtype=dtype, backward=mode == "fwdbwd", max_n=max(lengths),
                    max_exact_n=max(lengths), out_dir=Path(tmp), markdown=None, deadline_s=budget,
-                   command=f"python -m nystrom_lab.bench.gpu_issue36 table {dtype} {mode}", **gpu)  # fmt: skip
+                   command=f"python -m nystrom_lab.bench.gpu_bench table {dtype} {mode}", **gpu)  # fmt: skip
         for ext in ("csv", "json"):
             shutil.copy(Path(tmp) / f"table1_{mode}.{ext}", out / f"table1_{dtype}_{mode}.{ext}")
     return rows
@@ -231,7 +231,7 @@ def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = 
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.gpu_issue36")
+    p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.gpu_bench")
     p.add_argument("stage", choices=("env", "tests", "launches", "table", "models", "commit"))
     p.add_argument("out", type=Path)
     p.add_argument("args", nargs="*", help="table: DTYPE fwd|fwdbwd")

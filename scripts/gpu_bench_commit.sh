@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# After scripts/gpu_issue36.sh: copy its files from OUT (default /tmp/gpu36) into docs/gpu/ and re-render
+# After scripts/gpu_bench.sh: copy its files from OUT (default /tmp/gpu-bench) into docs/gpu/ and re-render
 # the docs (`nystrom docs render`). A table with cases cut by the time budget is left out unless --force;
 # a dry run's folder is refused. Then review `git diff docs/` and commit.
-#   Usage: bash scripts/gpu_issue36_commit.sh [OUT] [--force]
+#   Usage: bash scripts/gpu_bench_commit.sh [OUT] [--force]
 set -euo pipefail
-OUT=${1:-/tmp/gpu36}
+OUT=${1:-/tmp/gpu-bench}
 shift || true
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
-${PYTHON:-python3} -m nystrom_lab.bench.gpu_issue36 commit "$OUT" "$@"
+${PYTHON:-python3} -m nystrom_lab.bench.gpu_bench commit "$OUT" "$@"
