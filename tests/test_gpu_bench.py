@@ -1,10 +1,11 @@
-"""Issue #36's time-boxed GPU run (scripts/gpu_bench.sh) on the CPU: its stages' Python parts at tiny
-sizes, the outside modules of Table 1, the time budget and the copy into docs/gpu/."""
+"""The time-boxed GPU benchmark (scripts/gpu_bench.sh) on the CPU: its stages' Python parts at tiny sizes,
+the outside modules of Table 1, the time budget and the copy of a run into docs/gpu/."""
 
 from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,8 @@ import torch
 from nystrom_lab.bench import gpu_bench, table1
 from nystrom_lab.bench.models_run import run as run_models
 from nystrom_lab.bench.table1_case import measure
+
+ROOT = Path(__file__).resolve().parent.parent
 
 CASE = dict(
     n=128, batch=1, heads=2, dim_head=16, device="cpu", backward=False, repeats=1, budget=0.1, threads=1
@@ -58,19 +61,47 @@ def test_graphed_models_on_the_cpu_are_reported_skipped_with_a_reason(tmp_path):
     assert refusal("ours-nystrom-compiled", "train", "cuda") is None
 
 
-def test_commit_refuses_a_dry_run_and_leaves_out_tables_cut_by_the_budget(tmp_path):
+def test_commit_refuses_a_dry_run_and_replaces_the_committed_run_whole(tmp_path, capsys):
     out, root = tmp_path / "out", tmp_path / "repo"
-    (root / "docs" / "gpu").mkdir(parents=True)
+    gpu = root / "docs" / "gpu"
+    gpu.mkdir(parents=True)
     gpu_bench.env(out.mkdir() or out, dry=True)
     with pytest.raises(SystemExit, match="dry run"):
         gpu_bench.commit(out, root=root, render=False)
     (out / "DRY").unlink()
-    with (out / "table1_float16_fwd.csv").open("w", newline="") as f:
+    # an earlier run's tables: the new run has no fp16 table and cut its fp32 one
+    for name in ("table1_float16_fwd.csv", "table1_float32_fwd.csv", "launches.json"):
+        (gpu / name).write_text("earlier run\n")
+    with (out / "table1_float32_fwd.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["method", "n", "ms", "skipped"])
         w.writeheader()
         w.writerow({"method": "sdpa", "n": 4096, "skipped": "over the run's time budget (30 s)"})
     (out / "bench_models_gpu_graphed.json").write_text(
         json.dumps({"rows": [{"model": "x", "median_s": 1.0}]})
     )
-    assert gpu_bench.commit(out, root=root, render=False) == ["env.txt", "bench_models_gpu_graphed.json"]
-    assert "table1_float16_fwd.csv" in gpu_bench.commit(out, root=root, render=False, force=True)
+    (out / "stages.log").write_text("env rc=0 6 s\n")
+    (out / "README.md").write_text("# One run\n")
+    assert gpu_bench.commit(out, root=root, render=False) == ["env.txt", "stages.log", "bench_models_gpu_graphed.json"]
+    # neither the earlier run's fp16 table nor its fp32 one stays beside this run's files
+    assert not (gpu / "table1_float16_fwd.csv").exists() and not (gpu / "table1_float32_fwd.csv").exists()
+    assert (gpu / "launches.json").exists()  # not a file of the run: left alone
+    assert (gpu / "README.md").read_text() == "# One run\n"
+    assert "table1_float32_fwd.csv has 1 case(s) over the time budget" in capsys.readouterr().out
+    assert "table1_float32_fwd.csv" in gpu_bench.commit(out, root=root, render=False, force=True)
+
+
+def test_a_stage_budget_counts_from_the_process_start(monkeypatch):
+    monkeypatch.setattr(gpu_bench, "T0", gpu_bench.time.monotonic() - 20.0)  # 20 s of imports so far
+    assert 31.0 < gpu_bench.left(60.0, 8.0) <= 32.0
+    assert gpu_bench.left(10.0) < 0
+
+
+def test_the_script_budgets_fit_under_eight_minutes():
+    """The stage budgets (and END, the models stage's end) leave room for a backstop kill under 480 s."""
+    import re
+
+    text = (ROOT / "scripts" / "gpu_bench.sh").read_text()
+    budgets = [int(b) for b in re.findall(r"^stage \"?[\w ]+\"? (\d+) ", text, flags=re.M)]
+    end = int(re.search(r"END=\$\{END:-(\d+)\}", text).group(1))
+    assert len(budgets) == 7 and sum(budgets) + 150 <= end  # ≥ 150 s left for the models stage
+    assert end + 10 + 5 < 480  # the last stage's timeout and its kill grace

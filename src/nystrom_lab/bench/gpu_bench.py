@@ -1,4 +1,4 @@
-"""The stages of issue #36's time-boxed GPU run (``scripts/gpu_bench.sh``), each one command:
+"""The stages of the project's time-boxed GPU benchmark (``scripts/gpu_bench.sh``), each one command:
 
 ``python -m nystrom_lab.bench.gpu_bench STAGE OUT [--dry] [--quick] [--budget S] [args]``, STAGE one of
 
@@ -7,20 +7,24 @@
 - ``tests``: ``pytest -m gpu`` of the launch work and the GPU suite -> ``OUT/gpu_tests.txt``;
 - ``launches``: real CUDA launches per forward -> ``OUT/launches_gpu.json``
   (:mod:`nystrom_lab.bench.launches_gpu` without its tests);
-- ``table DTYPE fwd|fwdbwd``: Table 1's modules (:data:`TABLE_METHODS`: SDPA, ours, the materialised
-  softmax, transformers' and lucidrains' Nyström, the TransMIL layer) at 4K–128K ->
-  ``OUT/table1_{DTYPE}_{fwd|fwdbwd}.csv`` (+ ``.json``, the run's setting);
+- ``table DTYPE fwd|fwdbwd``: Table 1's modules at 4K–128K -> ``OUT/table1_{DTYPE}_{fwd|fwdbwd}.csv``
+  (+ ``.json``, the run's setting); bf16: :data:`TABLE_METHODS` (SDPA, ours, the materialised softmax,
+  transformers' and lucidrains' Nyström, the TransMIL layer), fp16/fp32: :data:`LEAN_METHODS` (SDPA, ours,
+  transformers' Nyström: what docs/benchmarks.md shows for them);
 - ``models``: whole MiniLM-size models at 4096 and 16384, inference and a training step, bf16 autocast:
-  eager (ours Nyström, ours SDPA, transformers' Nystromformer and BERT) and graphed (ours through
-  ``GraphedForward``, and ``torch.compile(mode="reduce-overhead")``) -> ``OUT/bench_models_gpu.json``
-  (the eager models, the format of docs/gpu/bench_models_gpu.json) and ``OUT/bench_models_gpu_graphed.json``
-  (ours eager, CUDA graph, compiled, against ours SDPA and transformers' Nystromformer).
+  eager (ours Nyström, ours SDPA, transformers' Nystromformer and BERT) and ours through ``GraphedForward``,
+  then ``torch.compile(mode="reduce-overhead")`` inference at the longest length only (its compile takes
+  ≈ 31 s a case on an H100) -> ``OUT/bench_models_gpu.json`` (the eager models) and
+  ``OUT/bench_models_gpu_graphed.json`` (ours eager, CUDA graph, compiled, against ours SDPA and
+  transformers' Nystromformer).
 
-``--budget`` is the stage's seconds: the stage's own deadline (cases past it are reported "over the run's
-time budget", the files are still written); the script's ``timeout`` is the backstop. ``--dry``: the same
-entry points on the CPU at tiny sizes (n ≤ 256, one call), for the tests; ``OUT/DRY`` marks its outputs,
-which :func:`commit` refuses. ``--quick``: 4096 and 16384 only. ``commit OUT [--force]`` copies a run's
-files into docs/gpu/ and re-renders the docs (``scripts/gpu_bench_commit.sh``).
+``--budget`` is the stage's whole wall time in seconds, counted from this process's start (imports
+included, as ``stages.log`` measures it): each stage sets its cases' deadline so that it ends within it
+(cases past it are reported "over the run's time budget", the files are still written); the script's
+``timeout`` (10 s more) is the backstop. ``--dry``: the same entry points on the CPU at tiny sizes
+(n ≤ 256, one call), for the tests; ``OUT/DRY`` marks its outputs, which :func:`commit` refuses.
+``--quick``: 4096 and 16384 only. ``commit OUT [--force]`` replaces docs/gpu/'s run with the one in OUT
+and re-renders the docs (``scripts/gpu_bench_commit.sh``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ import tempfile
 import time
 from pathlib import Path
 
-#: Table 1's methods on the GPU: bf16 tables run all; fp16/fp32 forward only the non-TransMIL ones
+T0 = time.monotonic()  # this process's start, near enough: a stage's --budget counts from here
+
+#: Table 1's methods on the GPU: the bf16 tables run all; the fp16/fp32 forward only the rendered three
 TABLE_METHODS = (
     "sdpa",
     "nystrom-64",
@@ -47,7 +53,7 @@ TABLE_METHODS = (
     "transmil",
     "transmil-lucidrains",
 )
-LEAN_METHODS = ("sdpa", "nystrom-64", "transformer", "hf-nystrom-64", "lucidrains-64")
+LEAN_METHODS = ("sdpa", "nystrom-64", "hf-nystrom-64")
 #: the whole-model runs: eager (+ ours through GraphedForward), then torch.compile (its compile is slow)
 EAGER = ("ours-nystrom", "ours-softmax", "hf-nystromformer", "hf-bert")
 GRAPHED_TABLE = (
@@ -58,11 +64,23 @@ GRAPHED_TABLE = (
     "hf-nystromformer",
 )
 #: the files a run writes, as they are named in docs/gpu/
-FILES = ("env.txt", "gpu_tests.txt", "launches_gpu.json", "bench_models_gpu.json", "bench_models_gpu_graphed.json",
+FILES = ("env.txt", "stages.log", "gpu_tests.txt", "launches_gpu.json", "bench_models_gpu.json",
+         "bench_models_gpu_graphed.json",
          *(f"table1_{t}.{ext}" for t in ("bfloat16_fwd", "bfloat16_fwdbwd", "float16_fwd", "float32_fwd")
            for ext in ("csv", "json")))  # fmt: skip
+#: the run's provenance, written by whoever ran it (machine, date, commit, command, what failed)
+PROVENANCE = "README.md"
 BUDGET_SKIP = "over the run's time budget"
+#: seconds a stage keeps after its cases for the report, files, plot and exit
+TABLE_TAIL_S, MODELS_TAIL_S = 8.0, 6.0
+#: seconds of the models stage held back for the compiled case (worker start, a ≈ 31 s compile, the calls)
+COMPILED_S = 50.0
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def left(budget: float, tail: float = 0.0) -> float:
+    """Seconds this stage may still spend on its cases: its budget less what it has run and its ``tail``."""
+    return budget - (time.monotonic() - T0) - tail
 
 
 def env(out: Path, *, dry: bool) -> str:
@@ -111,12 +129,12 @@ def tests(out: Path, *, dry: bool, budget: float) -> int:
             "no:cacheprovider",
             *GPU_TESTS,
         ]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=budget, cwd=ROOT)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=max(left(budget, 2), 5), cwd=ROOT)
         print(done.stdout[-2000:])
         return done.returncode
     from nystrom_lab.bench.launches_gpu import run_gpu_tests
 
-    return run_gpu_tests(out, timeout_s=budget).returncode
+    return run_gpu_tests(out, timeout_s=max(left(budget, 2), 5)).returncode
 
 
 def launches(out: Path, *, dry: bool) -> int:
@@ -130,7 +148,7 @@ def launches(out: Path, *, dry: bool) -> int:
 
 
 def table(out: Path, dtype: str, mode: str, *, dry: bool, quick: bool, budget: float) -> list[dict]:
-    """One Table 1 run (h = 8, d = 64, b = 1, as docs/gpu's earlier run) -> ``table1_{dtype}_{mode}.csv``."""
+    """One Table 1 run (h = 8, d = 64, b = 1) -> ``table1_{dtype}_{mode}.csv``, ending within ``budget``."""
     from nystrom_lab.bench.table1 import run
 
     methods = TABLE_METHODS if dtype == "bfloat16" else LEAN_METHODS
@@ -141,7 +159,7 @@ def table(out: Path, dtype: str, mode: str, *, dry: bool, quick: bool, budget: f
         lengths = (128, 256)
     with tempfile.TemporaryDirectory() as tmp:
         rows = run(lengths=lengths, methods=methods, dtype=dtype, backward=mode == "fwdbwd", max_n=max(lengths),
-                   max_exact_n=max(lengths), out_dir=Path(tmp), markdown=None, deadline_s=budget,
+                   max_exact_n=max(lengths), out_dir=Path(tmp), markdown=None, deadline_s=left(budget, TABLE_TAIL_S),
                    command=f"python -m nystrom_lab.bench.gpu_bench table {dtype} {mode}", **gpu)  # fmt: skip
         for ext in ("csv", "json"):
             shutil.copy(Path(tmp) / f"table1_{mode}.{ext}", out / f"table1_{dtype}_{mode}.{ext}")
@@ -170,20 +188,24 @@ def _write_models(report: dict, rows: list[dict], models: tuple[str, ...], path:
 
 
 def models(out: Path, *, dry: bool, quick: bool, budget: float) -> dict:
-    """The eager + GraphedForward run (about half the budget), then the compiled run (the rest)."""
+    """The eager + GraphedForward run, then the compiled inference at the longest length in the
+    :data:`COMPILED_S` held back for it (and whatever the eager run left), all within ``budget``."""
     from nystrom_lab.bench.models_run import run
 
     start = time.perf_counter()
-    opts = dict(size="minilm", lengths=(4096,) if quick else (4096, 16384), rounds=1, repeats=3, dtype="bf16",
-                device="cuda", timeout_s=120, progress=False, fork=True)  # fmt: skip
+    lengths = (4096,) if quick else (4096, 16384)
+    opts = dict(size="minilm", rounds=1, repeats=3, dtype="bf16", device="cuda", timeout_s=120, progress=False,
+                fork=True)  # fmt: skip
     if dry:
-        opts |= dict(size="tiny", lengths=(64,), repeats=1, dtype="fp32", device="cpu", threads=1)
+        lengths = (64,)
+        opts |= dict(size="tiny", repeats=1, dtype="fp32", device="cpu", threads=1)
     with tempfile.TemporaryDirectory() as tmp:
-        eager = run(models=(*EAGER, "ours-nystrom-graphed"), modes=("inference", "train"), out_dir=Path(tmp),
-                    name="eager", deadline_s=0.5 * budget, **opts)  # fmt: skip
-        left = budget - (time.perf_counter() - start)
-        compiled = run(models=("ours-nystrom-compiled",), modes=("inference", "train"), out_dir=Path(tmp),
-                       name="compiled", deadline_s=max(left, 1.0), **opts)  # fmt: skip
+        eager = run(models=(*EAGER, "ours-nystrom-graphed"), modes=("inference", "train"), lengths=lengths,
+                    out_dir=Path(tmp), name="eager", deadline_s=left(budget, MODELS_TAIL_S + COMPILED_S),
+                    **opts)  # fmt: skip
+        compiled = run(models=("ours-nystrom-compiled",), modes=("inference",), lengths=lengths[-1:],
+                       out_dir=Path(tmp), name="compiled", deadline_s=max(left(budget, MODELS_TAIL_S), 1.0),
+                       **opts)  # fmt: skip
     rows = eager["rows"] + compiled["rows"]
     eager["wall_s"] = time.perf_counter() - start
     _write_models(eager, rows, EAGER, out / "bench_models_gpu.json")
@@ -201,29 +223,39 @@ def _budget_skipped(path: Path) -> int:
 
 
 def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = True) -> list[str]:
-    """Copy a run's files into ``root``/docs/gpu/ and re-render the docs; the names copied.
+    """Replace the run in ``root``/docs/gpu/ with the one in ``out`` and re-render the docs; the names copied.
 
-    Refuses a dry run's folder. A table with cases cut by the time budget is left out (its earlier,
-    complete version stays) unless ``force``; a file the run did not write is left as it was."""
+    docs/gpu/ holds one run, so that no doc shows one run's table beside another's: a file of
+    :data:`FILES` the run did not write is removed there, and so is a table with cases cut by the time
+    budget (copied only with ``force``); the docs then say the run has no such table. The run's
+    :data:`PROVENANCE` note is copied too. Refuses a dry run's folder."""
     if (out / "DRY").exists():
         raise SystemExit(f"{out} holds a dry run's outputs (CPU, tiny sizes): not copied into docs/gpu/")
-    copied = []
+    gpu = root / "docs" / "gpu"
+    copied, removed = [], []
     for name in FILES:
         src = out / name
-        if not src.exists():
-            print(f"not in {out}: {name} (docs/gpu/ keeps its version, if any)")
+        cut = _budget_skipped(src) if src.exists() else 0
+        if src.exists() and (force or not cut):
+            shutil.copy(src, gpu / name)
+            copied.append(name)
             continue
-        cut = _budget_skipped(src)
-        if cut and not force:
-            print(f"left out: {name} has {cut} case(s) over the time budget (--force copies it anyway)")
-            continue
-        shutil.copy(src, root / "docs" / "gpu" / name)
-        copied.append(name)
+        why = f"has {cut} case(s) over the time budget (--force copies it)" if cut else "not written by this run"
+        print(f"left out: {name} {why}")
+        if (gpu / name).exists():
+            (gpu / name).unlink()
+            removed.append(name)
+    if (out / PROVENANCE).exists():
+        shutil.copy(out / PROVENANCE, gpu / PROVENANCE)
+    else:
+        print(f"no {PROVENANCE} in {out}: write docs/gpu/{PROVENANCE} (machine, date, commit, command, what failed)")
     print("copied into docs/gpu/:", ", ".join(copied) or "nothing")
+    if removed:
+        print("removed from docs/gpu/ (an earlier run's, not this one's):", ", ".join(removed))
     if not render:
         return copied
     done = subprocess.run(
-        [sys.executable, "-m", "nystrom_lab.cli", "docs", "render", "--root", str(root)], cwd=root
+        [sys.executable, "-m", "nystrom_lab.cli", "docs", "render", "--plots", "--root", str(root)], cwd=root
     )
     if done.returncode:
         print("nystrom docs render failed: see above (the copied files stay)")
