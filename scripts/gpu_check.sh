@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue #28's GPU checks as one script, for a lent GPU machine (its python3 holds a CUDA torch and
-# transformers; nothing is installed: the package runs from src/). Writes everything to $OUT:
+# The first GPU checks as one script (superseded by scripts/gpu_bench.sh), for a lent GPU machine (its
+# python3 holds a CUDA torch and transformers; nothing is installed: the package runs from src/). Writes
+# everything to $OUT:
 #   gpu_tests.txt (pytest -m gpu), env.txt, table1_*.csv (attention modules on the GPU), lra_*.json(l)
 # and gpu_results.tar.gz (all of it). Usage: OUT=/tmp/gpu bash scripts/gpu_check.sh [quick]
 set -uo pipefail

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Whole long-document models on a lent GPU (issue #26/#28): `nystrom bench models` cases in bf16 on CUDA at
-# 4K and 16K tokens, one round; writes $OUT/bench_models_gpu.{json,md}. Usage: OUT=/tmp/x bash scripts/gpu_models.sh
+# Whole long-document models on a lent GPU (superseded by scripts/gpu_bench.sh's models stage): `nystrom bench
+# models` cases in bf16 on CUDA at 4K and 16K tokens, one round; writes $OUT/bench_models_gpu.{json,md}.
+# Usage: OUT=/tmp/x bash scripts/gpu_models.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-models}
 mkdir -p "$OUT"

@@ -87,7 +87,7 @@ def test_to_long_with_one_attention_per_layer_keeps_the_lower_layers_exact(tmp_p
 
 
 def test_layers_with_different_landmark_counts_share_no_wrong_assignment():
-    """The encoder shares each mask's landmark plan across layers (issue #36); layers with other m must
+    """The encoder shares each mask's landmark plan across layers (the accelerator path); layers with other m must
     each get their own: the model equals its layers run one by one outside any shared block."""
     layers = [{"name": "nystrom", "num_landmarks": m, "conv_kernel_size": 3} for m in (4, 8, 4)]
     torch.manual_seed(0)

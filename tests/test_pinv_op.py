@@ -1,4 +1,4 @@
-"""``nystrom::iterative_pinv`` (issue #36): the fused op against the reference iterations, its written-out
+"""``nystrom::iterative_pinv``, the pseudo-inverse as one op: the fused op against the reference iterations, its written-out
 backward against autograd through them (float64), its fake kernel, and the Triton kernel under Triton's
 CPU interpreter."""
 

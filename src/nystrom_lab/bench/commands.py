@@ -107,7 +107,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_launches(args: argparse.Namespace) -> int:
-    """Ops dispatched per forward and forward + backward on the meta device, ours vs HF (issue #36)."""
+    """Ops dispatched per forward and forward + backward on the meta device, ours vs HF."""
     if args.device != "auto" or args.dtype != "float32" or args.quick:
         raise UsageError("nystrom bench launches counts float32 ops on the meta device (the accelerator path):"
                          " --device, --dtype and --quick do not apply")  # fmt: skip

@@ -33,7 +33,7 @@ SIZES = {
     "tiny": {"layers": 1, "hidden": 32, "heads": 2, "ffn": 64, "vocab": 100},  # for the smoke test
 }
 MODES = ("inference", "train")
-#: ours-nystrom with its launches replayed (issue #36): its inference forward as one CUDA graph per length
+#: ours-nystrom with its launches replayed: its inference forward as one CUDA graph per length
 #: (``nystrom.model.graphs.GraphedForward``), and ``torch.compile(mode="reduce-overhead")`` (inductor + CUDA
 #: graphs; a training step compiles the encoder, the MLM head and AdamW stay eager). CUDA only.
 GRAPHED = ("ours-nystrom-graphed", "ours-nystrom-compiled")

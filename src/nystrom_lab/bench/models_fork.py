@@ -1,4 +1,4 @@
-"""The forked cases of ``nystrom bench models`` (``run(..., fork=True)``, issue #36's time-boxed GPU run).
+"""The forked cases of ``nystrom bench models`` (``run(..., fork=True)``, used by the time-boxed GPU benchmark).
 
 The :class:`~nystrom_lab.bench.forkserver.CaseServer` worker imports this module once: torch, transformers'
 model classes and our model, so a case process forked from it skips the seconds of imports a fresh

@@ -1,4 +1,4 @@
-"""Table 1's modules from outside our registry (issue #36): transformers' and lucidrains' Nyström
+"""Table 1's modules from outside our registry: transformers' and lucidrains' Nyström
 self-attention, and the TransMIL layer (our lucidrains drop-in as TransMIL's ``TransLayer``).
 
 Legend: b batch, h heads, n tokens, d head dim, e = h·d model width, m landmarks.

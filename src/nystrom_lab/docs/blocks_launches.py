@@ -1,4 +1,4 @@
-"""Blocks of docs/gpu/launches.md (issue #36): ops dispatched per forward and forward + backward on the
+"""Blocks of docs/gpu/launches.md: ops dispatched per forward and forward + backward on the
 meta device, ours vs transformers' Nyströmformer, before and after the launch work.
 
 Data: ``docs/gpu/launches_before.json`` (``nystrom bench launches --out …`` on the code before the work)
