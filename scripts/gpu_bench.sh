@@ -4,7 +4,8 @@
 #   bash scripts/gpu_bench.sh            # writes /tmp/gpu-bench (OUT=... to change); `quick`: 4K/16K only
 #   bash scripts/gpu_bench_commit.sh /tmp/gpu-bench   # replaces docs/gpu/'s run with it, re-renders the docs
 # (the second command runs wherever the files are, e.g. here after they came back from the device; put a
-# README.md in the folder first: machine, date, commit, command, what failed; it becomes docs/gpu/README.md).
+# README.md in the folder first: machine, date, commit, command, what failed; it becomes docs/gpu/README.md,
+# and the script's output as run.log: `bash scripts/gpu_bench.sh 2>&1 | tee run.log`).
 #
 # Budgets: each is the stage's whole wall time (python start and imports included, as stages.log measures it);
 # the stage stops its cases so as to end within it, and its `timeout` 10 s later is the backstop. A stage that

@@ -81,7 +81,11 @@ def test_commit_refuses_a_dry_run_and_replaces_the_committed_run_whole(tmp_path,
     )
     (out / "stages.log").write_text("env rc=0 6 s\n")
     (out / "README.md").write_text("# One run\n")
-    assert gpu_bench.commit(out, root=root, render=False) == ["env.txt", "stages.log", "bench_models_gpu_graphed.json"]
+    assert gpu_bench.commit(out, root=root, render=False) == [
+        "env.txt",
+        "stages.log",
+        "bench_models_gpu_graphed.json",
+    ]
     # neither the earlier run's fp16 table nor its fp32 one stays beside this run's files
     assert not (gpu / "table1_float16_fwd.csv").exists() and not (gpu / "table1_float32_fwd.csv").exists()
     assert (gpu / "launches.json").exists()  # not a file of the run: left alone

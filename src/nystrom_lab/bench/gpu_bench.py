@@ -68,8 +68,9 @@ FILES = ("env.txt", "stages.log", "gpu_tests.txt", "launches_gpu.json", "bench_m
          "bench_models_gpu_graphed.json",
          *(f"table1_{t}.{ext}" for t in ("bfloat16_fwd", "bfloat16_fwdbwd", "float16_fwd", "float32_fwd")
            for ext in ("csv", "json")))  # fmt: skip
-#: the run's provenance, written by whoever ran it (machine, date, commit, command, what failed)
-PROVENANCE = "README.md"
+#: the run's provenance, kept by whoever ran it: a note (machine, date, commit, command, what failed) and
+#: the script's whole output
+PROVENANCE = ("README.md", "run.log")
 BUDGET_SKIP = "over the run's time budget"
 #: seconds a stage keeps after its cases for the report, files, plot and exit
 TABLE_TAIL_S, MODELS_TAIL_S = 8.0, 6.0
@@ -228,7 +229,7 @@ def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = 
     docs/gpu/ holds one run, so that no doc shows one run's table beside another's: a file of
     :data:`FILES` the run did not write is removed there, and so is a table with cases cut by the time
     budget (copied only with ``force``); the docs then say the run has no such table. The run's
-    :data:`PROVENANCE` note is copied too. Refuses a dry run's folder."""
+    :data:`PROVENANCE` files are copied too. Refuses a dry run's folder."""
     if (out / "DRY").exists():
         raise SystemExit(f"{out} holds a dry run's outputs (CPU, tiny sizes): not copied into docs/gpu/")
     gpu = root / "docs" / "gpu"
@@ -240,15 +241,17 @@ def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = 
             shutil.copy(src, gpu / name)
             copied.append(name)
             continue
-        why = f"has {cut} case(s) over the time budget (--force copies it)" if cut else "not written by this run"
-        print(f"left out: {name} {why}")
+        print(
+            f"left out: {name} " + (f"has {cut} case(s) over the time budget" if cut else "not in this run")
+        )
         if (gpu / name).exists():
             (gpu / name).unlink()
             removed.append(name)
-    if (out / PROVENANCE).exists():
-        shutil.copy(out / PROVENANCE, gpu / PROVENANCE)
-    else:
-        print(f"no {PROVENANCE} in {out}: write docs/gpu/{PROVENANCE} (machine, date, commit, command, what failed)")
+    for name in PROVENANCE:
+        if (out / name).exists():
+            shutil.copy(out / name, gpu / name)
+        else:
+            print(f"no {name} in {out}: write docs/gpu/{name} (see scripts/gpu_bench.sh)")
     print("copied into docs/gpu/:", ", ".join(copied) or "nothing")
     if removed:
         print("removed from docs/gpu/ (an earlier run's, not this one's):", ", ".join(removed))

@@ -12,6 +12,7 @@ class Block:
     """Block ``name`` of ``doc`` (both relative to the repository root) is ``render(*data files)``.
 
     ``data`` lists every file the render reads, so the registry alone says what each doc table rests on;
+    ``optional`` files are passed after them, present or not (the render says what their absence means);
     ``inline`` blocks are a phrase inside a sentence (markers and text on one line)."""
 
     doc: str
@@ -19,7 +20,8 @@ class Block:
     data: tuple[str, ...]
     render: Callable[..., str]
     inline: bool = False
+    optional: tuple[str, ...] = ()
 
     def body(self, root: Path) -> str:
         """The block's text, rendered from its data files under ``root``."""
-        return self.render(*(root / d for d in self.data))
+        return self.render(*(root / d for d in (*self.data, *self.optional)))

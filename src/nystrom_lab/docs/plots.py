@@ -13,6 +13,7 @@ from pathlib import Path
 from nystrom_lab.bench import approx_report, models_report, table1_report, training_report
 from nystrom_lab.docs import wins
 from nystrom_lab.docs.data import read_csv, read_json
+from nystrom_lab.docs.gpu_run import TABLES
 
 
 def whole_models(root: Path) -> Path:
@@ -43,4 +44,11 @@ def draw(root: Path) -> list[Path]:
     )
     approx_report.plot(read_csv(docs / "approx.csv"), docs / "approx.png")
     drawn = [docs / p for p in ("training.png", "training_cached.png", "table1_fwd.png", "approx.png")]
+    for table, png in (
+        ("bfloat16_fwd", "gpu/table1_bf16_fwd.png"),
+        ("bfloat16_fwdbwd", "gpu/table1_bf16_fwdbwd.png"),
+    ):
+        data = root / TABLES[table]  # the GPU run's bf16 tables (docs/benchmarks.md, "On a GPU")
+        table1_report.plot(read_csv(data), read_json(data.with_suffix(".json")), docs / png)
+        drawn.append(docs / png)
     return [*drawn, whole_models(root), wins.draw(root)]

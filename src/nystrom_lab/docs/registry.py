@@ -9,6 +9,8 @@ from __future__ import annotations
 from nystrom_lab.docs import (
     blocks_bench,
     blocks_cpu,
+    blocks_gpu,
+    blocks_gpu_text,
     blocks_launches,
     blocks_models,
     blocks_results,
@@ -19,6 +21,8 @@ from nystrom_lab.docs.block import Block
 BLOCKS: list[Block] = [
     *blocks_bench.BLOCKS,
     *blocks_cpu.BLOCKS,
+    *blocks_gpu.BLOCKS,
+    *blocks_gpu_text.BLOCKS,
     *blocks_launches.BLOCKS,
     *blocks_models.BLOCKS,
     *blocks_results.BLOCKS,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nystrom_lab.bench.models import SIZES
 from nystrom_lab.docs.data import read_csv, read_json
+from nystrom_lab.docs.gpu_run import ENV, MODELS_RUN, PROVENANCE, TABLES, crossing_of, run_info
 
 PNG = "docs/where_nystrom_wins.png"
 OURS = "ours Nyström-64"
@@ -27,8 +28,8 @@ STYLES = {
 }
 MODEL_LABELS = {"ours-nystrom": OURS, "ours-softmax": EXACT,
                 "hf-bert": "exact: transformers BERT (SDPA)", "hf-nystromformer": "transformers Nystromformer"}  # fmt: skip
-# docs/benchmarks.md, "On a GPU": the attention runs' setting, which their CSVs do not record
-GPU_ATTENTION = "batch 1, h = 8, d = 64, m = 64, conv off"
+# docs/benchmarks.md, "On a GPU": what the attention runs' CSV and JSON do not record
+GPU_ATTENTION = "m = 64, conv off"
 SIZE_NAMES = {"minilm": "MiniLM"}
 
 
@@ -49,7 +50,7 @@ def _log_labels(y: float, _pos: object) -> str:
 
 
 def _attention_cpu(root: Path) -> dict:
-    """Session 4's ``nystrom bench core`` run: the whole module's forward under no_grad."""
+    """The CPU's ``nystrom bench core`` run: the whole module's forward under no_grad."""
     run = read_json(root / "docs/bench_attention.json")
     info, s = run["info"], run["settings"]
     rows = [r for r in read_csv(root / "docs/bench_attention.csv") if r["mode"] == "fwd" and "ms" in r]
@@ -63,19 +64,25 @@ def _attention_cpu(root: Path) -> dict:
     }
 
 
-def _gpu_name(root: Path) -> str:
-    """The GPU of the lent machine, from the first line of its ``nvidia-smi`` record."""
-    return (root / "docs/gpu/env.txt").read_text(encoding="utf-8").splitlines()[0].split(",")[0].strip()
+def _gpu(root: Path) -> str:
+    """The GPU run, as the panels' titles name it: ``NVIDIA H100 80GB HBM3, 2026-11-28``."""
+    info = run_info(root / ENV, root / PROVENANCE)
+    return f"{info['gpu']}, {info['date']}"
 
 
 def _attention_gpu(root: Path) -> dict:
-    """Issue #28's GPU run of Table 1's modules, bf16 forward."""
-    rows = [r for r in read_csv(root / "docs/gpu/table1_bfloat16_fwd.csv") if "ms" in r]
-    names = {"nystrom-64": OURS, "sdpa": EXACT}
+    """The GPU run's Table 1 modules, bf16 forward: ours, SDPA and transformers' Nyström where it ran."""
+    rows = [r for r in read_csv(root / TABLES["bfloat16_fwd"]) if "ms" in r]
+    s = read_json((root / TABLES["bfloat16_fwd"]).with_suffix(".json"))
+    names = {"nystrom-64": OURS, "sdpa": EXACT, "hf-nystrom-64": "transformers Nystromformer"}
+    series = {label: {r["n"]: r["ms"] for r in rows if r["method"] == m} for m, label in names.items()}
     return {
-        "title": f"Attention module, GPU ({_gpu_name(root)})\nbf16 forward, {GPU_ATTENTION}",
-        "series": {label: {r["n"]: r["ms"] for r in rows if r["method"] == m} for m, label in names.items()},
-        "missing": "transformers Nystromformer: not run on the GPU",
+        "title": f"Attention module, GPU ({_gpu(root)})\nbf16 forward, batch {s['batch']}, h = {s['heads']}, "
+        f"d = {s['dim_head']}, {GPU_ATTENTION}",
+        "series": series,
+        "missing": ""
+        if series["transformers Nystromformer"]
+        else "transformers Nystromformer: not run on the GPU",
     }
 
 
@@ -102,15 +109,7 @@ def _crossing(series: dict[str, dict[int, float]]) -> tuple[float | None, list[t
         others = [s[n] for label, s in series.items() if label != OURS and n in s]
         if others:
             ratios.append((n, ours[n] / min(others)))
-    losing = [i for i, (_, r) in enumerate(ratios) if r >= 1]
-    if not losing:
-        return float(ratios[0][0]), ratios
-    last = losing[-1]
-    if last == len(ratios) - 1:
-        return None, ratios
-    (na, ra), (nb, rb) = ratios[last], ratios[last + 1]
-    t = math.log(ra) / (math.log(ra) - math.log(rb))
-    return na * (nb / na) ** t, ratios
+    return crossing_of(ratios), ratios
 
 
 def _panel(ax, panel: dict) -> None:
@@ -157,6 +156,20 @@ def _panel(ax, panel: dict) -> None:
     ax.set_title(panel["title"], fontsize=9)
 
 
+def panels(root: Path) -> list[dict]:
+    """The figure's four panels (title, series: label -> {n: ms}), from the committed data: the attention
+    module and whole models, on the CPU and in the GPU run of docs/gpu/."""
+    cpu = read_json(root / "docs/bench_inference/bench_models.json")
+    gpu = read_json(root / MODELS_RUN)
+    cpu_where = f"CPU ({cpu['machine']['cpu']}, {cpu['machine']['threads']} threads)"
+    return [
+        _attention_cpu(root),
+        _attention_gpu(root),
+        _models(cpu, cpu_where, cpu["dtype"]),
+        _models(gpu, "GPU", f"{_gpu(root)}: {gpu['dtype']} autocast"),
+    ]
+
+
 def draw(root: Path) -> Path:
     """Draw docs/where_nystrom_wins.png from the committed data; its path."""
     import matplotlib
@@ -164,17 +177,8 @@ def draw(root: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cpu = read_json(root / "docs/bench_inference/bench_models.json")
-    gpu = read_json(root / "docs/gpu/bench_models_gpu.json")
-    cpu_where = f"CPU ({cpu['machine']['cpu']}, {cpu['machine']['threads']} threads)"
-    panels = [
-        _attention_cpu(root),
-        _attention_gpu(root),
-        _models(cpu, cpu_where, cpu["dtype"]),
-        _models(gpu, f"GPU ({_gpu_name(root)})", f"{gpu['dtype']} autocast"),
-    ]
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-    for ax, panel in zip(axes.flat, panels):
+    for ax, panel in zip(axes.flat, panels(root)):
         _panel(ax, panel)
     for ax in axes[1]:
         ax.set_xlabel("tokens n (log scale)")
