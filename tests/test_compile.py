@@ -130,3 +130,61 @@ def test_meta_device_forward():
     for m in (mod, lucid):
         out = m(x, mask)
         assert out.device.type == "meta" and out.shape == (2, 100, 64)
+
+
+def test_nystrom_attention_compiles_fullgraph_on_the_accelerator_path():
+    """``torch.compile(nystrom_attention, fullgraph=True)`` (inductor) on the accelerator path: 0 graph
+    breaks, and the eager accelerator path's values and gradients."""
+    from nystrom.functional.device import force_accelerator_path
+
+    q, k, v = (torch.randn(2, 2, 40, 16, requires_grad=True) for _ in range(3))
+    mask = right_pad_mask([40, 27], 40)
+    go = torch.randn(2, 2, 40, 16) * mask[:, None, :, None]
+
+    def attend(q, k, v, mask):
+        return nystrom_attention(q, k, v, num_landmarks=8, mask=mask)
+
+    with force_accelerator_path():
+        explained = torch._dynamo.explain(attend)(q, k, v, mask)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        torch._dynamo.reset()
+        results = []
+        for fn in (attend, torch.compile(attend, fullgraph=True)):
+            out = fn(q, k, v, mask)
+            results.append((out.detach(), *torch.autograd.grad(out, (q, k, v), go)))
+    real = mask[:, None, :, None]
+    for got, want in zip(results[1], results[0]):
+        assert rel_err(got * real, want * real) <= 1e-5
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="torch 2.13 inductor: a compiled function that enters torch.autocast itself and runs our model's "
+    "forward and backward gives a backward kernel a float32 tensor where it expects bfloat16 ('expected "
+    "scalar type BFloat16 but found Float'); torch.compile(model) called inside autocast works "
+    "(tests/test_accelerator_matrix.py)",
+)
+def test_a_compiled_step_that_enters_autocast_itself():
+    """Fails today: documents the one compile recipe that does not work (docs/training.md). When PyTorch
+    fixes it this test passes, the strict xfail fails, and the docs' warning can go."""
+    from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
+
+    cfg = NystromformerConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=64, dropout=0.0,
+        attention={"name": "nystrom", "num_landmarks": 4, "conv_kernel_size": 3},
+    )  # fmt: skip
+    model = NystromformerForMaskedLM(cfg)
+    ids = torch.randint(1, 50, (2, 30))
+
+    def step():
+        with torch.autocast("cpu", torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        return loss
+
+    from nystrom.functional.device import force_accelerator_path
+
+    with force_accelerator_path():
+        torch.compile(step)()

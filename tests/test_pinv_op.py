@@ -84,6 +84,37 @@ def test_iterative_pinv_takes_the_op_on_the_accelerator_path_only():
     assert rel_err(acc_g, cpu_g) <= 1e-13
 
 
+@pytest.mark.parametrize("backward_inside", [True, False])
+def test_the_op_under_bf16_autocast_runs_in_float32_forward_and_backward(backward_inside):
+    """Regression: a ``backward()`` inside an autocast block ran the written-out backward's GEMMs in
+    bfloat16 and failed on the first in-place accumulation into a float32 buffer ("Bad in-place call")."""
+    a = _softmax_matrices(2, 3, 8, 8).float().requires_grad_()
+    g = torch.randn(2, 3, 8, 8)
+    (want,) = torch.autograd.grad(op(a, 6, True)[0], a, g)
+    with torch.autocast("cpu", torch.bfloat16):
+        z, _ = op(a.to(torch.bfloat16).float(), 6, True)  # the autocast rule keeps float32 inputs
+        assert z.dtype == torch.float32
+        low, _ = op(a.to(torch.bfloat16), 6, True)  # and casts bfloat16 ones up
+        assert low.dtype == torch.float32
+        if backward_inside:
+            (got,) = torch.autograd.grad(op(a, 6, True)[0], a, g)
+    if not backward_inside:
+        with torch.autocast("cpu", torch.bfloat16):
+            z = op(a, 6, True)[0]
+        (got,) = torch.autograd.grad(z, a, g)
+    assert got.dtype == torch.float32
+    assert rel_err(got, want) <= 1e-6  # float32 arithmetic, not bfloat16's 3 digits
+
+
+def test_the_op_keeps_float64_under_autocast():
+    a = _softmax_matrices(1, 2, 6, 6).requires_grad_()
+    with torch.autocast("cpu", torch.bfloat16):
+        z, _ = op(a, 6, True)
+        (g,) = torch.autograd.grad(z.sum(), a)
+    assert z.dtype == g.dtype == torch.float64
+    assert torch.equal(z, reference_pinv(a, 6, True))
+
+
 def test_one_op_forward_on_the_meta_device():
     from nystrom_lab.bench.launches import count_call
 

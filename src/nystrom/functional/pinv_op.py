@@ -13,6 +13,11 @@ Q = 15I − Y P, R = 13I − Y Q and Z_{k+1} = ¼ Z_k R, a gradient G of Z_{k+1}
 ``∂A += ∂Y Z_kᵀ`` and ``∂Z_k = ¼ G Rᵀ + Aᵀ ∂Y``; Z₀'s norms go through autograd. The forward hands
 the iterates Z_0 … Z_{K-1} to the backward, so every step's Y, P, Q, R come from a few GEMMs batched over
 the K steps; the reverse sweep is 8 GEMMs a step with the scalars folded in (baddbmm's alpha/beta).
+
+Autocast: the op has an autocast rule on every device that has autocast (its inputs are cast to float32,
+float64 is kept, and it runs with autocast off), and its backward runs with autocast off. Without the
+second, a ``backward()`` called inside an autocast block (autograd runs the backward under the caller's
+autocast state) would run the reverse sweep's GEMMs in bfloat16 and accumulate them into float32 buffers.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from nystrom.functional import pinv_triton
+from nystrom.functional.amp import autocast_off
 
 
 def _start(a: torch.Tensor, per_matrix: bool) -> torch.Tensor:
@@ -109,7 +115,13 @@ def pinv_backward(
 
 def _backward(ctx, grad, _grad_iterates):
     a, iterates = ctx.saved_tensors
-    return pinv_backward(a, iterates, grad, ctx.per_matrix), None, None
+    with autocast_off(a.device.type):  # the sweep's dtypes are chosen on purpose (float32 or wider)
+        return pinv_backward(a, iterates, grad, ctx.per_matrix), None, None
 
 
 iterative_pinv_op.register_autograd(_backward, setup_context=_setup)
+#: the devices with autocast that the op declares a rule for (a custom op without one would run in the
+#: autocast dtype's world with float32 inputs: the caller's promotion would be undone downstream)
+AUTOCAST_DEVICES = tuple(d for d in ("cpu", "cuda", "xpu", "mps") if torch.amp.is_autocast_available(d))
+for _device in AUTOCAST_DEVICES:
+    torch.library.register_autocast("nystrom::iterative_pinv", _device, torch.float32)
