@@ -1,4 +1,4 @@
-"""CUDA-graph replay of a model's inference forward (issue #36): the bookkeeping on CPU (length buckets,
+"""CUDA-graph replay of a model's inference forward: the bookkeeping on CPU (length buckets,
 re-capture on new shapes, never a stale graph) with the ``Eager`` backend, and real graphs on CUDA."""
 
 import pytest
@@ -10,10 +10,10 @@ from nystrom.model.graphs import Eager, GraphedForward, bucket
 from oracle import rel_err
 
 
-def _model(device: str = "cpu", dtype=torch.float64) -> NystromformerModel:
+def _model(device: str = "cpu", dtype=torch.float64, *, positions: int = 64) -> NystromformerModel:
     cfg = NystromformerConfig(
         vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
-        max_position_embeddings=64, dropout=0.0,
+        max_position_embeddings=positions, dropout=0.0,
         attention={"name": "nystrom", "num_landmarks": 4, "conv_kernel_size": 3},
     )  # fmt: skip
     return NystromformerModel(cfg).to(device=device, dtype=dtype).eval()
@@ -105,13 +105,21 @@ def test_refuses_autograd_and_bad_shapes():
         GraphedForward(torch.nn.Linear(1, 1), lambda i, m: i, buckets=())
 
 
-@pytest.mark.gpu
-def test_cuda_graphs_replay_the_forward():
-    model = _model("cuda", torch.float32)
+@pytest.mark.parametrize(
+    "device",
+    [pytest.param("cpu", id="cpu-eager"), pytest.param("cuda", id="cuda-graphs", marks=pytest.mark.gpu)],
+)
+def test_graphs_replay_the_forward(device):
+    """Real CUDA graphs on CUDA, the ``Eager`` stand-in on the CPU: the same buckets and lengths.
+    Regression: the bucket of 256 tokens needs a position table of 256 (it had 64, so the CUDA run failed)."""
+    model = _model(device, torch.float32, positions=256)
     run = GraphedForward(
-        model, lambda i, m: model(input_ids=i, attention_mask=m).last_hidden_state, buckets=(64, 256)
+        model,
+        lambda i, m: model(input_ids=i, attention_mask=m).last_hidden_state,
+        buckets=(64, 256),
+        backend=Eager() if device == "cpu" else None,
     )
-    ids = torch.randint(1, 40, (2, 200), device="cuda")
+    ids = torch.randint(1, 40, (2, 200), device=device)
     with torch.inference_mode():
         for n in (200, 150, 40):
             want = model(input_ids=ids[:, :n]).last_hidden_state

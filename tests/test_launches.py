@@ -1,5 +1,5 @@
-"""The launch counter of ``nystrom bench launches`` (issue #36): what it counts, the modelled fused SDPA,
-host syncs on the meta device, and the command."""
+"""The launch counter of ``nystrom bench launches``: what it counts, the modelled fused SDPA, host syncs
+on the meta device (every kind a GPU would wait on, planted and found), and the command."""
 
 import json
 
@@ -51,6 +51,91 @@ def test_a_host_read_on_meta_is_counted_with_its_place_and_does_not_stop_the_cou
     assert c.ops["mul"] == 1
 
 
+_X = torch.randn(8, device="meta")
+_MASK = torch.ones(8, dtype=torch.bool, device="meta")
+
+#: each kind of host sync a GPU has, planted: (what the counter names it, the call)
+PLANTED = {
+    ".item()": ("_local_scalar_dense", lambda: _X.sum().item()),
+    "int(t)": ("_local_scalar_dense", lambda: int(_X.argmax())),
+    "nonzero": ("nonzero", lambda: torch.nonzero(_X)),
+    "boolean-mask index": ("index", lambda: _X[_MASK] * 2),
+    "masked_select": ("masked_select", lambda: _X.masked_select(_MASK)),
+    "unique": ("_unique2", lambda: torch.unique(_X)),
+    "repeat_interleave": (
+        "repeat_interleave",
+        lambda: torch.repeat_interleave(_X, torch.ones_like(_X).long()),
+    ),
+    "host tensor to device": ("_to_copy (host <-> device copy)", lambda: torch.ones(3).to("meta")),
+    "device tensor to host": ("_to_copy (host <-> device copy)", lambda: _X.cpu()),
+    ".tolist()": ("_to_copy (host <-> device copy)", lambda: _X.tolist()),
+    "torch.tensor onto the device": (
+        "tensor (host data -> device)",
+        lambda: torch.tensor([1.0], device="meta"),
+    ),
+    "host index tensor": ("index (host <-> device copy)", lambda: _X[torch.tensor([1, 2])]),
+    "torch.cuda.synchronize": ("cuda.synchronize", lambda: torch.cuda.synchronize()),
+    "torch.accelerator.synchronize": ("accelerator.synchronize", lambda: torch.accelerator.synchronize()),
+}
+
+
+@pytest.mark.parametrize("kind", PLANTED)
+def test_a_planted_host_sync_is_flagged_with_its_line_and_the_count_goes_on(kind):
+    name, call = PLANTED[kind]
+    with counting() as c:
+        call()
+        after = _X * 3  # counting goes on past the sync
+    assert dict(c.syncs) == {name: 1}
+    assert len(c.sync_sites) == 1 and "test_launches.py" in c.sync_sites[0], c.sync_sites
+    assert c.ops["mul"] >= 1 and after.shape == (8,)
+
+
+def test_what_is_not_a_sync_is_not_flagged():
+    with counting() as c:
+        y = _X * torch.tensor(2.0)  # a 0-dim host scalar goes to the kernel by value
+        y = y.view(2, 4).t().contiguous()
+        torch.ones(4, device="meta").add_(1)
+    assert sum(c.syncs.values()) == 0 and c.ops["mul"] == 1
+
+
+def test_a_sync_planted_in_our_masked_module_is_reported(monkeypatch):
+    """The masked module's count finds a host read placed on its path (and finds none without it)."""
+    import nystrom.functional.attention_accel as accel
+
+    assert measure("module-mask", "ours", n=256)["forward"]["host_syncs"] == 0
+    real = accel.check_finite
+
+    def reads_the_device(name, t):
+        if bool(t.isfinite().all()):  # the sync a value check would cost on a GPU
+            return real(name, t)
+        return None
+
+    monkeypatch.setattr(accel, "check_finite", reads_the_device)
+    result = measure("module-mask", "ours", n=256)
+    assert result["forward"]["host_syncs"] == 3  # q̃, k̃ and B·V checked
+    assert all("test_launches.py" in site for site in result["forward"]["sync_sites"])
+
+
+def test_the_gpu_count_keeps_the_profilers_own_sync_apart():
+    """On CUDA the profiler synchronises when it stops: syncs outside the measured range are its own."""
+    from types import SimpleNamespace
+
+    from nystrom_lab.bench.launches_gpu import MEASURED, count_in_range
+
+    def event(name, start, end=None):
+        return SimpleNamespace(
+            name=name, time_range=SimpleNamespace(start=start, end=start if end is None else end)
+        )
+
+    events = [
+        event(MEASURED, 10, 50), event("cudaLaunchKernel", 12), event("cudaLaunchKernel", 20),
+        event("cudaStreamSynchronize", 30), event("cudaDeviceSynchronize", 60), event("cudaLaunchKernel", 5),
+    ]  # fmt: skip
+    assert count_in_range(events) == {"launches": 2, "syncs": 1, "profiler_syncs": 1}
+    with pytest.raises(RuntimeError, match="one"):
+        count_in_range(events[1:])
+
+
 def test_our_model_has_no_host_sync_on_the_accelerator_path():
     result = measure("model-mask", "ours", n=256)
     for key in ("forward", "forward_backward"):
@@ -94,7 +179,7 @@ def test_bench_launches_refuses_options_that_do_not_apply(tmp_path, capsys, extr
     assert not (tmp_path / "launches.json").exists()
 
 
-def test_issue_36_targets_for_the_minilm_size_model_on_the_accelerator_path():
+def test_launch_targets_for_the_minilm_size_model_on_the_accelerator_path():
     """Ops per forward ≤ 0.5× transformers' Nystromformer, forward + backward ≤ 0.6×, no host sync
     (a padding mask of ones, 4096 tokens: what the GPU path launches; see docs/gpu/launches.md)."""
     ours, hf = measure("model-mask", "ours"), measure("model-mask", "hf")

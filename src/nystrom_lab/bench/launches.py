@@ -1,4 +1,4 @@
-"""Count the ATen ops a call dispatches: a CPU proxy for GPU kernel launches (issue #36).
+"""Count the ATen ops a call dispatches: a CPU proxy for GPU kernel launches.
 
 Why ops: on a GPU every non-view ATen op is (at least) one kernel launch, and at MiniLM size the
 launches, not the FLOPs, set a fixed cost per layer. Counting needs no GPU: the model runs on the
@@ -13,10 +13,20 @@ What counts as one op (see :class:`LaunchCounter`):
 * ``F.scaled_dot_product_attention`` as what CUDA runs for it (float32/bf16, head dim ≤ 128, any mask):
   the memory-efficient kernel, 1 op forward (+1 ``where`` that turns a bool mask into a bias) and 1 op
   backward. On meta PyTorch would run its math fallback (≈ 10 ops), which no GPU runs.
-* host syncs: ops that read a device value on the host (``_local_scalar_dense`` behind ``.item()``,
-  ``bool(t)``, ``is_nonzero``; ``nonzero``, ``masked_select``, ``unique`` with their data-dependent
-  shapes; ``equal``). On meta they cannot run; the counter records where they were called and returns
-  a stand-in so the count can go on.
+* host syncs: whatever makes a GPU's host wait for the device, each recorded with the line that asked:
+
+  - ops that read a device value on the host: ``_local_scalar_dense`` (behind ``.item()``, ``bool(t)``,
+    ``int(t)``), ``is_nonzero``, ``equal``, ``allclose``;
+  - ops whose output shape depends on the data: ``nonzero``, boolean-mask indexing (``x[mask]``, which
+    runs ``nonzero``), ``masked_select``, ``unique``, ``repeat_interleave`` without ``output_size``;
+  - copies between the host and the device (``.to``, ``.cpu()``, ``.tolist()``, ``torch.tensor`` of host
+    data onto the device): a blocking copy waits for the stream;
+  - explicit synchronisation: ``torch.cuda.synchronize``, ``torch.accelerator.synchronize``, and
+    ``synchronize`` of a CUDA stream or event.
+
+  On meta these cannot run (no values); the counter hands back a stand-in (True/1 for a scalar, every
+  element selected for a data-dependent shape, an uninitialised host tensor for a copy) so the count
+  goes on past them.
 """
 
 from __future__ import annotations
@@ -31,6 +41,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from nystrom_lab.bench import host_syncs
+from nystrom_lab.bench.host_syncs import SYNCS, crosses_host, data_dependent, explicit_syncs, stand_in
+
 #: the counters of the ``counting()`` blocks now open, innermost last: a backward records into the one
 #: open when it runs, not the forward's
 _ACTIVE: list[LaunchCounter] = []
@@ -43,23 +56,10 @@ METADATA = {
 }  # fmt: skip
 #: allocations without a fill: the caching allocator hands out memory, no kernel runs
 ALLOCATIONS = {"empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like", "empty_permuted"}
-#: ops that read device data on the host (a stream sync on CUDA)
-SYNCS = {
-    "_local_scalar_dense", "item", "is_nonzero", "nonzero", "masked_select", "_unique", "_unique2",
-    "unique_dim", "unique_consecutive", "equal", "allclose", "tolist",
-}  # fmt: skip
 
 
 def _name(func: torch._ops.OpOverload) -> str:
     return func.overloadpacket.__name__
-
-
-def _fake_scalar(args: tuple) -> bool | int | float:
-    """A stand-in for a host read of a meta tensor (which holds no value): True/1/1.0 by dtype."""
-    t = args[0]
-    if t.dtype == torch.bool:
-        return True
-    return 1.0 if t.is_floating_point() else 1
 
 
 class LaunchCounter(TorchDispatchMode):
@@ -89,16 +89,23 @@ class LaunchCounter(TorchDispatchMode):
         finally:
             self._paused -= 1
 
+    def record_sync(self, name: str) -> None:
+        """Count one host sync of ``name`` at the caller's line."""
+        if not self._paused:
+            self.syncs[name] += 1
+            self.sync_sites.append(_caller())
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = _name(func)
-        if name in SYNCS:
-            if not self._paused:
-                self.syncs[name] += 1
-                self.sync_sites.append(_caller())
-            tensor = args[0] if args and isinstance(args[0], torch.Tensor) else None
-            if name == "_local_scalar_dense" and tensor is not None and tensor.is_meta:
-                return _fake_scalar(args)
+        crosses = crosses_host(name, args, kwargs)
+        if data_dependent(name, args, kwargs) or crosses:
+            self.record_sync(f"{name} (host <-> device copy)" if crosses else name)
+            if name not in SYNCS and not self._paused:
+                self.ops[name] += 1  # the op's own kernel still runs
+            standing = stand_in(func, name, args, kwargs)
+            if standing is not None:
+                return standing
         elif not self._paused:
             if name in ALLOCATIONS:
                 self.allocations[name] += 1
@@ -112,9 +119,10 @@ class LaunchCounter(TorchDispatchMode):
 
 
 def _caller() -> str:
-    """The innermost frame outside torch and this module: where a host sync was asked for."""
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        if "/torch/" not in frame.filename and frame.filename != __file__:
+    """The innermost frame outside torch and the counter's modules: where a host sync was asked for."""
+    counter_files = (__file__, host_syncs.__file__)
+    for frame in reversed(traceback.extract_stack()):
+        if "/torch/" not in frame.filename and frame.filename not in counter_files:
             where = frame.filename.rsplit("/site-packages/", 1)[-1].rsplit("/src/", 1)[-1]  # no machine paths
             return f"{where}:{frame.lineno} {frame.line}"
     return "?"
@@ -163,6 +171,9 @@ class _ModelSDPA(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in (torch.tensor, torch.as_tensor) and kwargs.get("device") is not None:
+            if torch.device(kwargs["device"]).type != "cpu":  # host data copied onto the device
+                self.counter.record_sync(f"{func.__name__} (host data -> device)")
         if func is F.scaled_dot_product_attention:
             q, k, v = args[:3]
             extra = set(kwargs) - {"attn_mask", "scale"}
@@ -176,11 +187,11 @@ class _ModelSDPA(TorchFunctionMode):
 
 @contextlib.contextmanager
 def counting() -> Iterator[LaunchCounter]:
-    """``with counting() as c: …``: c counts the ops (SDPA as its fused CUDA kernel)."""
+    """``with counting() as c: …``: c counts the ops (SDPA as its fused CUDA kernel) and host syncs."""
     counter = LaunchCounter()
     _ACTIVE.append(counter)
     try:
-        with _ModelSDPA(counter), counter:
+        with _ModelSDPA(counter), counter, explicit_syncs(counter.record_sync):
             yield counter
     finally:
         _ACTIVE.pop()

@@ -1,4 +1,4 @@
-"""Tables of ``nystrom bench launches`` (issue #36): ops per forward and forward + backward, ours vs
+"""Tables of ``nystrom bench launches``: ops per forward and forward + backward, ours vs
 transformers' Nyströmformer, and a run against the committed "before" counts.
 
 Torch-free on purpose: ``nystrom docs render`` rebuilds docs/gpu/launches.md from the committed JSON with
