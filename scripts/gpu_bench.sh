@@ -13,23 +13,23 @@
 # Sized from the H100 run of 2026-11-28 (docs/gpu/stages.log; budgets then counted from after the imports):
 #   stage              measured  budget  why
 #   env                     6 s    10
-#   gpu tests              28 s   100    pytest -m gpu over all of tests/ (17 s then): now also the accelerator
-#                                        matrix on CUDA (54 eager cells, ~10 s) and 2 compiled cells (inductor
-#                                        forward + backward of a 1-layer model, ~20-30 s each)
+#   gpu tests              28 s    75    pytest -m gpu over all of tests/ (11 s start + 17 s then): now also
+#                                        the accelerator matrix on CUDA (54 eager cells, ~10 s) and 2 compiled
+#                                        cells (inductor forward + backward of a 1-layer model, ~15 s each)
 #   launches               20 s    30
 #   table bf16 fwd         49 s    60    28 cases: ~13 s start, ~11 s worker start, ~1.1 s a case, plot
 #   table bf16 fwdbwd      55 s    65    28 cases, ~1.5 s a case
 #   table fp16 fwd   >40 s, cut    45    was 20 cases (15 done at 24 s, killed at its 30 + 10 s): now the 12
 #                                        that docs/benchmarks.md shows (SDPA, ours, transformers' Nyström), ~37 s
 #   table fp32 fwd         45 s    45    20 -> the same 12 cases, ~37 s
-#   models                166 s   100+   the rest (≥ 460 - 355): eager + CUDA graph (18 cases, ~60 s then; with
+#   models                166 s   130+   the rest (≥ 460 - 330): eager + CUDA graph (18 cases, ~60 s then; with
 #                                        the autocast fix the 2 training rows of ours that crashed run too, a
 #                                        few s more) in all but its last 50 s, then compiled inference at 16K
 #                                        only (worker ~11 s + compile ~31 s + calls). Dropped to fit: compiled
 #                                        inference at 4K (0.62x eager there) and the compiled training step
 #                                        (it compiles forward and backward: not timed by this script).
-#   total                 409 s   455    10+100+30+60+65+45+45+100; expected ≈ 440 s (the models stage
-#                                        may cut its compiled 16K row to end within its budget). A stage killed by its
+#   total                 409 s   460    10+75+30+60+65+45+45+130; expected ≈ 430 s (eager + graph ~70 s,
+#                                        compiled 50, tail 6: 126 of the models stage's 130). A stage killed by its
 #                                        backstop adds ≤ 15 s, so the script ends before 480 s.
 # Outputs (docs/gpu/ names): env.txt, gpu_tests.txt, launches_gpu.json, table1_{bfloat16_fwd,bfloat16_fwdbwd,
 # float16_fwd,float32_fwd}.{csv,json}, bench_models_gpu.json, bench_models_gpu_graphed.json (+ .md), stages.log.
@@ -68,7 +68,7 @@ stage() {  # stage NAME BUDGET STAGE [ARGS...]: its deadline (≤ what is left),
 }
 
 stage env 10 env
-stage "gpu tests" 100 tests
+stage "gpu tests" 75 tests
 stage launches 30 launches
 stage "table bf16 fwd" 60 table bfloat16 fwd
 stage "table bf16 fwdbwd" 65 table bfloat16 fwdbwd

@@ -107,5 +107,6 @@ def test_the_script_budgets_fit_under_eight_minutes():
     text = (ROOT / "scripts" / "gpu_bench.sh").read_text()
     budgets = [int(b) for b in re.findall(r"^stage \"?[\w ]+\"? (\d+) ", text, flags=re.M)]
     end = int(re.search(r"END=\$\{END:-(\d+)\}", text).group(1))
-    assert len(budgets) == 7 and sum(budgets) + 150 <= end  # ≥ 150 s left for the models stage
+    # ≥ 130 s left for the models stage: eager + CUDA graph ~70 s, the compiled case 50 s, its tail 6 s
+    assert len(budgets) == 7 and sum(budgets) + 130 <= end
     assert end + 10 + 5 < 480  # the last stage's timeout and its kill grace
