@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from nystrom import NystromAttention
-from nystrom.functional.device import force_accelerator_path
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
+from nystrom.utils.device import force_accelerator_path
 
 from oracle import rel_err, right_pad_mask
 

@@ -7,9 +7,9 @@ import torch
 import nystrom.functional.landmarks as landmarks
 from nystrom import NystromAttention
 from nystrom.functional import nystrom_attention
-from nystrom.functional.device import accelerator_path, force_accelerator_path
 from nystrom.functional.landmarks import averaging_weights, segment_means, shared_landmarks
 from nystrom.model import NystromformerConfig, NystromformerModel
+from nystrom.utils.device import accelerator_path, force_accelerator_path
 
 from oracle import nystrom_oracle, rel_err, right_pad_mask, softmax_oracle
 

@@ -135,7 +135,7 @@ def test_meta_device_forward():
 def test_nystrom_attention_compiles_fullgraph_on_the_accelerator_path():
     """``torch.compile(nystrom_attention, fullgraph=True)`` (inductor) on the accelerator path: 0 graph
     breaks, and the eager accelerator path's values and gradients."""
-    from nystrom.functional.device import force_accelerator_path
+    from nystrom.utils.device import force_accelerator_path
 
     q, k, v = (torch.randn(2, 2, 40, 16, requires_grad=True) for _ in range(3))
     mask = right_pad_mask([40, 27], 40)
@@ -184,7 +184,7 @@ def test_a_compiled_step_that_enters_autocast_itself():
             loss.backward()
         return loss
 
-    from nystrom.functional.device import force_accelerator_path
+    from nystrom.utils.device import force_accelerator_path
 
     with force_accelerator_path():
         torch.compile(step)()

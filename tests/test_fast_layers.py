@@ -123,7 +123,7 @@ def test_dropout_keep_rate_scale_and_gradient():
 def test_large_buffers_are_hinted_to_huge_pages():
     import sys
 
-    from nystrom.functional.memory import HUGE_MIN_BYTES, empty
+    from nystrom.utils.memory import HUGE_MIN_BYTES, empty
 
     like = torch.zeros(1, dtype=torch.float64)
     small = empty(3, 4, like=like)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nystrom.model import NystromformerConfig, NystromformerModel
-from nystrom.model.graphs import Eager, GraphedForward, bucket
+from nystrom.utils.graphs import Eager, GraphedForward, bucket
 
 from oracle import rel_err
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nystrom.functional.device import force_accelerator_path
 from nystrom.functional.pinv import iterative_pinv
 from nystrom.functional.pinv_op import pinv_backward, reference_pinv
+from nystrom.utils.device import force_accelerator_path
 
 from oracle import rel_err
 

@@ -17,18 +17,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from nystrom.attention.recompute import recompute_attention
-from nystrom.functional.checks import (
+from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
+from nystrom.functional.dense import dense_module
+from nystrom.functional.dropout import Dropout
+from nystrom.functional.landmarks import shared, shared_landmarks
+from nystrom.functional.projection import project_heads
+from nystrom.utils.checks import (
     check_dtype_matches,
     check_mask,
     first_order_only,
     rejects_key_padding_mask,
 )
-from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
-from nystrom.functional.dense import dense_module
-from nystrom.functional.device import accelerator_path
-from nystrom.functional.dropout import Dropout
-from nystrom.functional.landmarks import shared, shared_landmarks
-from nystrom.functional.projection import project_heads
+from nystrom.utils.device import accelerator_path
 
 
 class AttentionBase(nn.Module):

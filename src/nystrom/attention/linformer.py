@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.checks import check_positive_int
 from nystrom.functional.linformer import linformer_attention
+from nystrom.utils.checks import check_positive_int
 
 
 class LinformerAttention(AttentionBase):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.checks import check_positive_int
 from nystrom.functional.longformer import sliding_window_attention
+from nystrom.utils.checks import check_positive_int
 
 
 class LongformerAttention(AttentionBase):
@@ -46,9 +46,7 @@ class LongformerAttention(AttentionBase):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
-        return sliding_window_attention(
-            q, k, v, window_size=self.window_size, mask=mask
-        )
+        return sliding_window_attention(q, k, v, window_size=self.window_size, mask=mask)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, window_size={self.window_size}"

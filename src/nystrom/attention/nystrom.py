@@ -6,8 +6,8 @@ import torch
 
 from nystrom.attention.base import AttentionBase
 from nystrom.functional.attention import PINV_METHODS, nystrom_attention
-from nystrom.functional.checks import check_choice, check_positive_int, check_scale
 from nystrom.functional.pinv import PINV_INITS
+from nystrom.utils.checks import check_choice, check_positive_int, check_scale
 
 
 class NystromAttention(AttentionBase):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.checks import check_positive_int
 from nystrom.functional.performer import orthogonal_random_features, performer_attention
+from nystrom.utils.checks import check_positive_int
 
 
 class PerformerAttention(AttentionBase):

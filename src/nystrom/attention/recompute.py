@@ -23,8 +23,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.memory import empty
 from nystrom.functional.projection import fold_linear_grad
+from nystrom.utils.memory import empty
 
 # One group's q/k/v (b, n, 3, g, d) stays under this many bytes (at least one head): at long n one head
 # at a time (measured at n = 65536: 32 MiB groups 792 MB peak, 128 MiB 830, 256 MiB 1232), while short

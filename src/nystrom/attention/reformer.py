@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.checks import check_positive_int
 from nystrom.functional.reformer import lsh_attention, lsh_num_buckets, random_rotations
+from nystrom.utils.checks import check_positive_int
 
 
 class ReformerAttention(AttentionBase):

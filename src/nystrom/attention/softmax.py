@@ -7,7 +7,7 @@ import torch
 from nystrom.attention.base import AttentionBase
 from nystrom.functional.attention import softmax_attention
 from nystrom.functional.block_diagonal import block_diagonal_attention
-from nystrom.functional.checks import check_positive_int, check_scale
+from nystrom.utils.checks import check_positive_int, check_scale
 
 
 class SoftmaxAttention(AttentionBase):

@@ -32,7 +32,10 @@ from torch import nn
 
 from nystrom.attention.base import add_conv_skip
 from nystrom.functional.attention import nystrom_attention, nystrom_factors
-from nystrom.functional.checks import (
+from nystrom.functional.dropout import Dropout
+from nystrom.functional.pinv import PINV_INITS
+from nystrom.functional.projection import project_heads
+from nystrom.utils.checks import (
     check_choice,
     check_dtype_matches,
     check_mask,
@@ -40,9 +43,6 @@ from nystrom.functional.checks import (
     first_order_only,
     rejects_key_padding_mask,
 )
-from nystrom.functional.dropout import Dropout
-from nystrom.functional.pinv import PINV_INITS
-from nystrom.functional.projection import project_heads
 
 
 class NystromAttention(nn.Module):
@@ -130,7 +130,9 @@ class NystromAttention(nn.Module):
         )
         o = nystrom_attention(q, k, v, **opts)  # (b, h, n, d)
         if self.residual:
-            o = add_conv_skip(o, v, self.res_conv.weight)  # padded v is 0 already: x is, and to_qkv has no bias
+            o = add_conv_skip(
+                o, v, self.res_conv.weight
+            )  # padded v is 0 already: x is, and to_qkv has no bias
         out = first_order_only(self.to_out(o.transpose(1, 2).flatten(2)), "NystromAttention")  # (b, n, e)
         if not (return_attn or return_attn_matrices):
             return out

@@ -18,9 +18,12 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.amp import autocast_off
 from nystrom.functional.attention_accel import nystrom_core
-from nystrom.functional.checks import (
+from nystrom.functional.kernels import long_key_attention, short_key_attention
+from nystrom.functional.landmarks import SEGMENTS, _segment_means
+from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
+from nystrom.utils.amp import autocast_off
+from nystrom.utils.checks import (
     check_choice,
     check_finite,
     check_mask,
@@ -32,11 +35,8 @@ from nystrom.functional.checks import (
     value_checks_enabled,
     zero_padding,
 )
-from nystrom.functional.device import accelerator_path
-from nystrom.functional.kernels import long_key_attention, short_key_attention
-from nystrom.functional.landmarks import SEGMENTS, _segment_means
-from nystrom.functional.parallel import single_threaded
-from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
+from nystrom.utils.device import accelerator_path
+from nystrom.utils.parallel import single_threaded
 
 PINV_METHODS = ("iterative", "exact")
 

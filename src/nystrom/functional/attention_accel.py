@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.checks import check_finite
 from nystrom.functional.landmarks import averaging_weights, shared
 from nystrom.functional.pinv import exact_pinv, iterative_pinv
+from nystrom.utils.checks import check_finite
 
 
 def _landmarks(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.checks import check_mask, check_positive_int, check_qkv, resolve_scale, zero_padding
+from nystrom.utils.checks import check_mask, check_positive_int, check_qkv, resolve_scale, zero_padding
 
 
 def block_diagonal_attention(

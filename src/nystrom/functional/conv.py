@@ -21,8 +21,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.amp import autocast_off
-from nystrom.functional.device import accelerator_path
+from nystrom.utils.amp import autocast_off
+from nystrom.utils.device import accelerator_path
 
 BLOCK_ROWS = 64  # c: measured best of 32/64/128 for K = 35 on the 2-core VM
 # One product holds ≈ 4.5x its input in temporaries (padded copy, windows, result, its reshape); above

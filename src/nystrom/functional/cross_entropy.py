@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.amp import autocast_enabled, autocast_off
-from nystrom.functional.checks import value_checks_enabled
-from nystrom.functional.kernels_backward import range_chunks
+from nystrom.utils.amp import autocast_enabled, autocast_off
+from nystrom.utils.checks import value_checks_enabled
+from nystrom.utils.parallel import range_chunks
 
 #: logits per block, c · v float32 values (16 MiB): under glibc's 32 MiB mmap ceiling, so the block buffers
 #: are reused from the heap instead of page-faulting in each block
@@ -104,14 +104,20 @@ def linear_cross_entropy(
         (float64 for float64 inputs).
     """
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"x must be (k, e) and weight (v, e) with the same e, got {tuple(x.shape)} and {tuple(weight.shape)}")
+        raise ValueError(
+            f"x must be (k, e) and weight (v, e) with the same e, got {tuple(x.shape)} and {tuple(weight.shape)}"
+        )
     k, v = x.shape[0], weight.shape[0]
     if target.shape != (k,) or row_weight.shape != (k,):
-        raise ValueError(f"target and row_weight must be ({k},), got {tuple(target.shape)} and {tuple(row_weight.shape)}")
+        raise ValueError(
+            f"target and row_weight must be ({k},), got {tuple(target.shape)} and {tuple(row_weight.shape)}"
+        )
     if target.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"target must hold class indices (int64/int32), got {target.dtype}")
     if value_checks_enabled(target) and k and (int(target.min()) < 0 or int(target.max()) >= v):
-        raise ValueError(f"target must lie in [0, {v}), got values in [{int(target.min())}, {int(target.max())}]")
+        raise ValueError(
+            f"target must lie in [0, {v}), got values in [{int(target.min())}, {int(target.max())}]"
+        )
     device = x.device.type
     dtype = torch.get_autocast_dtype(device) if autocast_enabled(device) else x.dtype
     with autocast_off(device):

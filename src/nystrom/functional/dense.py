@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nystrom.functional.amp import autocast_enabled
 from nystrom.functional.onednn import CANDIDATE_DTYPES, POST_OPS, linear_compute_dtype
+from nystrom.utils.amp import autocast_enabled
 
 
 def activation(name: str | None, x: torch.Tensor) -> torch.Tensor:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.amp import autocast_enabled, autocast_off
-from nystrom.functional.device import accelerator_path
-from nystrom.functional.kernels_backward import range_chunks
+from nystrom.utils.amp import autocast_enabled, autocast_off
+from nystrom.utils.device import accelerator_path
+from nystrom.utils.parallel import range_chunks
 
 #: bytes of (c, f) activations per block
 BLOCK_BYTES = 8 << 20

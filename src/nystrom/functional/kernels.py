@@ -32,9 +32,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.kernels_backward import long_key_backward, range_chunks, short_key_backward
-from nystrom.functional.memory import empty
-from nystrom.functional.parallel import parallel_for
+from nystrom.functional.kernels_backward import long_key_backward, short_key_backward
+from nystrom.utils.memory import empty
+from nystrom.utils.parallel import parallel_for, range_chunks
 
 LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
 CHUNK_ROWS = 1024  # query rows per step in short_key_attention, all heads at once (h·c·m floats)

@@ -5,30 +5,23 @@ r row/key ranges per sample.
 
 Neither backward reads a saved (n, m) or (m, n) matrix: the short-key one recomputes each chunk's
 probabilities from q and the keys, the long-key one from the saved log-sum-exp. Work items are the
-forwards' (sample, range of rows or keys), all heads batched, on the thread pool of ``parallel.py``.
+forwards' (sample, range of rows or keys), all heads batched, on the thread pool of ``utils/parallel.py``.
 
 Why the tunables (chunk length, ranges per sample, the probability routine) are arguments: they are
 read from ``kernels`` at call time, where tests and users set them (``kernels.CHUNK_ROWS = …``), so the
-forward and its backward always chunk alike. ``range_chunks`` lives here, the lower module, and the
-forwards import it.
+forward and its backward always chunk alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
-from nystrom.functional.parallel import parallel_for
+from nystrom.utils.parallel import parallel_for, range_chunks
 
 #: softmax(a @ b) of base-2 scores into ``out`` (h, c, m), keys masked by ``valid`` (m,): ``kernels._probs2``
 Probs = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
-
-
-def range_chunks(r: int, span: int, n: int, chunk: int) -> Iterator[slice]:
-    """Slices of at most ``chunk`` covering range r, i.e. [r·span, min(n, (r + 1)·span))."""
-    stop = min(n, (r + 1) * span)
-    return (slice(s0, min(s0 + chunk, stop)) for s0 in range(r * span, stop, chunk))
 
 
 def short_key_backward(

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import torch
 
-from nystrom.functional.checks import check_choice, check_mask, check_positive_int, rejects_key_padding_mask
+from nystrom.utils.checks import check_choice, check_mask, check_positive_int, rejects_key_padding_mask
 
 T = TypeVar("T")
 

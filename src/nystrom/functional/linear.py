@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.checks import check_mask, check_qkv, rejects_key_padding_mask, zero_padding
+from nystrom.utils.checks import check_mask, check_qkv, rejects_key_padding_mask, zero_padding
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:

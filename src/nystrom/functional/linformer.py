@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import (
+from nystrom.utils.checks import (
     check_mask,
     check_qkv,
     rejects_key_padding_mask,

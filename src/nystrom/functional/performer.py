@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from nystrom.functional.checks import (
+from nystrom.utils.checks import (
     check_choice,
     check_mask,
     check_positive_int,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import check_choice, check_positive_int
-from nystrom.functional.device import accelerator_path
 from nystrom.functional.pinv_op import reference_pinv
+from nystrom.utils.checks import check_choice, check_positive_int
+from nystrom.utils.device import accelerator_path
 
 PINV_INITS = ("per_matrix", "original")
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from nystrom.functional import pinv_triton
-from nystrom.functional.amp import autocast_off
+from nystrom.utils.amp import autocast_off
 
 
 def _start(a: torch.Tensor, per_matrix: bool) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.functional.dense import dense, fuses
-from nystrom.functional.device import accelerator_path
+from nystrom.utils.device import accelerator_path
 
 
 def split_heads(

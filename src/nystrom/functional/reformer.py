@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional.checks import (
+from nystrom.utils.checks import (
     check_mask,
     check_positive_int,
     check_qkv,

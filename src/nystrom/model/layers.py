@@ -12,13 +12,13 @@ import torch
 from torch import nn
 
 from nystrom.functional.attention import nystrom_factors
-from nystrom.functional.checks import value_checks_enabled
 from nystrom.functional.dense import dense_module
-from nystrom.functional.device import accelerator_path
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.ffn import feed_forward
-from nystrom.functional.kernels_backward import range_chunks
 from nystrom.model.configuration_nystromformer import NystromformerConfig
+from nystrom.utils.checks import value_checks_enabled
+from nystrom.utils.device import accelerator_path
+from nystrom.utils.parallel import range_chunks
 
 #: bytes of (rows, f) FFN activations per block in inference (see :meth:`FeedForward.block`)
 FFN_BLOCK_BYTES = 8 << 20

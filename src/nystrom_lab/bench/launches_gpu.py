@@ -92,7 +92,7 @@ def measure(case: str, side: str, *, n: int) -> dict:
 
 def graphed_forward_ms(*, n: int) -> float:
     """Our MiniLM-size model's inference forward replayed as one CUDA graph (a padding mask of ones)."""
-    from nystrom.model.graphs import GraphedForward
+    from nystrom.utils.graphs import GraphedForward
 
     torch.manual_seed(0)
     with torch.device("cuda"):

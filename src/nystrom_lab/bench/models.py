@@ -106,7 +106,7 @@ def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int, dev
         net.eval()
         forward = net
         if model == "ours-nystrom-graphed":
-            from nystrom.model.graphs import GraphedForward
+            from nystrom.utils.graphs import GraphedForward
 
             forward = GraphedForward(
                 net, lambda i, m: net(input_ids=i, attention_mask=m).last_hidden_state, buckets=(n,)

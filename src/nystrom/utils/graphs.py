@@ -1,4 +1,4 @@
-"""Replay a model's inference forward as CUDA graphs, one per (batch, length bucket) (issue #36).
+"""Replay a model's inference forward as CUDA graphs, one per (batch, length bucket).
 
 Legend: b batch, n tokens of a call, N its bucket (the smallest bucket length ≥ n).
 

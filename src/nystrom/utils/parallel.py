@@ -1,4 +1,5 @@
-"""Run independent per-(sample, head) work items on a small thread pool (CPU only).
+"""Run independent per-(sample, head) work items on a small thread pool (CPU only), and cut ranges into
+chunks (``range_chunks``, shared by the CPU kernels and the blocked layers).
 
 Why: the Nyström kernels are sequences of skinny GEMMs (n×64 by 64×64) and row-wise softmax steps on
 cache-sized chunks. Splitting one such op across cores costs a barrier per op and leaves the GEMMs too
@@ -56,6 +57,12 @@ def parallel_for(fn: Callable[[int], None], items: Sequence[int], *, device: tor
         return
     for f in [_get_pool(workers).submit(_run, fn, it, inference) for it in items]:
         f.result()  # re-raises a worker's exception in the caller
+
+
+def range_chunks(r: int, span: int, n: int, chunk: int) -> Iterator[slice]:
+    """Slices of at most ``chunk`` covering range r, i.e. [r·span, min(n, (r + 1)·span))."""
+    stop = min(n, (r + 1) * span)
+    return (slice(s0, min(s0 + chunk, stop)) for s0 in range(r * span, stop, chunk))
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from typing import ParamSpec, TypeVar
 
 import torch
 
-from nystrom.functional.amp import autocast_enabled
+from nystrom.utils.amp import autocast_enabled
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -135,7 +135,12 @@ def check_scale(scale: float | None) -> float | None:
     """A module's logit scale: None (1/√d) or a finite number > 0; returned as a float."""
     if scale is None:
         return None
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, (int, float))
+        or not math.isfinite(scale)
+        or scale <= 0
+    ):
         raise ValueError(f"scale must be None (1/sqrt(d)) or a finite number > 0, got {scale!r}")
     return float(scale)
 
