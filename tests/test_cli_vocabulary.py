@@ -79,8 +79,8 @@ def test_invalid_specs_name_the_fault_and_the_valid_forms(text, words):
 def test_the_allowed_keys_are_the_constructors_keyword_names():
     """The parser's key lists (kept beside it so parsing needs no torch) cannot drift from the modules."""
     from nystrom.functional.attention import PINV_METHODS
-    from nystrom.functional.pinv import PINV_INITS
     from nystrom.model.configuration_nystromformer import attention_option_names
+    from nystrom.ops.pinv import PINV_INITS
 
     assert set(ATTENTION_KEYS) == set(REGISTRY)
     for name, keys in ATTENTION_KEYS.items():
@@ -119,8 +119,11 @@ def test_the_lab_writes_no_default_of_the_attention_constructor():
     """No literal 64 landmarks / 6 pinv iterations / 33 conv kernel in the lab: they are read from
     NystromAttention (presets that differ on purpose, like LRA's 35, say so)."""
     pattern = re.compile(r"""(num_landmarks|pinv_iterations|conv_kernel_size)["']?\s*[:=]\s*(64|6|33)\b""")
-    rows = (LAB / "bench" / "table1_case.py", LAB / "bench" / "table1_report.py",  # the paper's Table 1 rows
-            LAB / "bench" / "table1_external.py")  # TransMIL's layer, written as TransMIL's own file writes it
+    rows = (
+        LAB / "bench" / "table1_case.py",
+        LAB / "bench" / "table1_report.py",  # the paper's Table 1 rows
+        LAB / "bench" / "table1_external.py",
+    )  # TransMIL's layer, written as TransMIL's own file writes it
     found = [f"{p.relative_to(LAB)}: {m.group(0)}" for p in LAB.rglob("*.py") if p not in rows
              for m in pattern.finditer(p.read_text())]  # fmt: skip
     assert found == []

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from nystrom.functional.pinv import iterative_pinv
-from nystrom.functional.pinv_op import pinv_backward, reference_pinv
+from nystrom.ops.pinv import iterative_pinv
+from nystrom.ops.pinv.naive import reference_pinv
+from nystrom.ops.pinv.op import pinv_backward
 from nystrom.utils.device import force_accelerator_path
 
 from oracle import rel_err
@@ -132,8 +133,8 @@ def test_one_op_forward_on_the_meta_device():
 
 _INTERPRETED = """
 import torch
-from nystrom.functional.pinv_op import reference_pinv
-from nystrom.functional.pinv_triton import triton_pinv
+from nystrom.ops.pinv.naive import reference_pinv
+from nystrom.ops.pinv.triton import triton_pinv
 torch.manual_seed(0)
 for m in (5, 16, 33):
     a = torch.softmax(torch.randn(3, 2, m, m) * 2, -1)

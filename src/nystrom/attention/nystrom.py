@@ -6,7 +6,7 @@ import torch
 
 from nystrom.attention.base import AttentionBase
 from nystrom.functional.attention import PINV_METHODS, nystrom_attention
-from nystrom.functional.pinv import PINV_INITS
+from nystrom.ops.pinv import PINV_INITS
 from nystrom.utils.checks import check_choice, check_positive_int, check_scale
 
 

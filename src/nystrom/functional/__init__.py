@@ -9,7 +9,7 @@ from nystrom.functional.attention import (
 )
 from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import landmark_assignment, segment_means
-from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
+from nystrom.ops.pinv import PINV_INITS, exact_pinv, iterative_pinv
 
 __all__ = [
     "PINV_INITS",

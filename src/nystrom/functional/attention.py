@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from nystrom.functional.attention_accel import nystrom_core
 from nystrom.functional.kernels import long_key_attention, short_key_attention
 from nystrom.functional.landmarks import SEGMENTS, _segment_means
-from nystrom.functional.pinv import PINV_INITS, exact_pinv, iterative_pinv
+from nystrom.ops.pinv import PINV_INITS, exact_pinv, iterative_pinv
 from nystrom.utils.amp import autocast_off
 from nystrom.utils.checks import (
     check_choice,

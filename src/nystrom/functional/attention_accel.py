@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.functional.landmarks import averaging_weights, shared
-from nystrom.functional.pinv import exact_pinv, iterative_pinv
+from nystrom.ops.pinv import exact_pinv, iterative_pinv
 from nystrom.utils.checks import check_finite
 
 

@@ -139,9 +139,7 @@ def _hf_head(model: nn.Module) -> str:
     return name if name in HF_HEADS else "NystromformerModel"
 
 
-def to_hf(
-    model: nn.Module, path: str | Path, *, segment_means_seq_len: int | None = None
-) -> None:
+def to_hf(model: nn.Module, path: str | Path, *, segment_means_seq_len: int | None = None) -> None:
     """Write ``model`` as a transformers Nystromformer folder (``config.json`` + ``model.safetensors``) that
     ``transformers.AutoModel*.from_pretrained`` loads with no missing or unexpected keys.
 

@@ -119,9 +119,7 @@ def load_bertlike(
             )
         out[key] = t
     for key, (_, kind) in _plan(model, prefix).items():
-        word = (
-            encoder_prefix(model)
-        ) + "embeddings.word_embeddings.weight"
+        word = (encoder_prefix(model)) + "embeddings.word_embeddings.weight"
         if kind == "tied" and word in out:
             out[key] = out[word]
     unexpected = []

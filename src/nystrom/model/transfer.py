@@ -19,7 +19,9 @@ def load_folder(folder: str | Path) -> NystromformerPreTrainedModel:
     config = NystromformerConfig.from_pretrained(folder)
     arch = (config.architectures or ["NystromformerModel"])[0]
     if arch not in MODEL_CLASSES:
-        raise CheckpointError(f"{folder}/config.json: architecture {arch!r} is not one of {sorted(MODEL_CLASSES)}")
+        raise CheckpointError(
+            f"{folder}/config.json: architecture {arch!r} is not one of {sorted(MODEL_CLASSES)}"
+        )
     return MODEL_CLASSES[arch].from_pretrained(folder, config=config)
 
 

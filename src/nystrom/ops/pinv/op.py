@@ -1,11 +1,11 @@
-"""``nystrom::iterative_pinv``: the iterative pseudo-inverse of :mod:`nystrom.functional.pinv` as one op.
+"""``nystrom::iterative_pinv``: the iterative pseudo-inverse of :mod:`nystrom.ops.pinv.naive` as one op.
 
 Legend: B batch dims (b, h), m landmarks, K iterations; Z_k the iterate before step k (Z₀ the start).
 
 Why an op: traced op by op, the 6 paper iterations are ~75 launches forward and ~117 backward per layer,
 which on a GPU cost more than their FLOPs. As a ``torch.library`` custom op it is one launch forward on
-CUDA (the Triton kernel of :mod:`nystrom.functional.pinv_triton`, float32, m ≤ 128, per-matrix Z₀) and
-the reference code elsewhere; its fake kernel lets ``torch.compile`` and the meta device trace it.
+CUDA (the Triton kernel of :mod:`nystrom.ops.pinv.triton`, float32, m ≤ 128, per-matrix Z₀) and
+the reference iterations elsewhere; its fake kernel lets ``torch.compile`` and the meta device trace it.
 
 The backward is written out (reverse mode through the K steps): with Y = A Z_k, P = 7I − Y,
 Q = 15I − Y P, R = 13I − Y Q and Z_{k+1} = ¼ Z_k R, a gradient G of Z_{k+1} gives
@@ -24,36 +24,9 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.functional import pinv_triton
+from nystrom.ops.pinv import triton as pinv_triton
+from nystrom.ops.pinv.naive import initial_iterate, run_iterations
 from nystrom.utils.amp import autocast_off
-
-
-def _start(a: torch.Tensor, per_matrix: bool) -> torch.Tensor:
-    """Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞): per matrix, or (``per_matrix=False``) the batch-wide maxima of the public code."""
-    absa = a.abs()
-    norm_1 = absa.sum(-2).amax(-1)  # (B,) max column sum
-    norm_inf = absa.sum(-1).amax(-1)  # (B,) max row sum
-    denom = (norm_1 * norm_inf)[..., None, None] if per_matrix else norm_1.max() * norm_inf.max()
-    return a.mT / denom  # (B, m, m)
-
-
-def reference_pinv(a: torch.Tensor, iterations: int, per_matrix: bool) -> torch.Tensor:
-    """The paper's iterations in plain ops (the code before the op; the CPU path calls it directly)."""
-    return _iterate(a, iterations, per_matrix, None)
-
-
-def _iterate(
-    a: torch.Tensor, iterations: int, per_matrix: bool, iterates: torch.Tensor | None
-) -> torch.Tensor:
-    """Z_K; with ``iterates`` (..., K, m, m) given, Z_0 … Z_{K-1} are written into it for the backward."""
-    z = _start(a, per_matrix)
-    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-    for k in range(iterations):
-        if iterates is not None:
-            iterates[..., k, :, :] = z
-        az = a @ z
-        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
-    return z
 
 
 @torch.library.custom_op("nystrom::iterative_pinv", mutates_args=())
@@ -65,7 +38,7 @@ def iterative_pinv_op(
     iterates = a.new_empty(*a.shape[:-2], iterations, *a.shape[-2:])
     if a.device.type == "cuda" and per_matrix and pinv_triton.supports(a) and pinv_triton.available():
         return pinv_triton.triton_pinv(a, iterations, iterates), iterates
-    return _iterate(a, iterations, per_matrix, iterates), iterates
+    return run_iterations(a, iterations, per_matrix, iterates), iterates
 
 
 @iterative_pinv_op.register_fake
@@ -88,7 +61,7 @@ def pinv_backward(
     shape, m, steps = a.shape, a.shape[-1], iterates.shape[-3]
     with torch.enable_grad():
         a0 = a.detach().requires_grad_()
-        z0 = _start(a0, per_matrix)  # (..., m, m): the norms' (sub)gradients as autograd takes them
+        z0 = initial_iterate(a0, per_matrix)  # (..., m, m): the norms' (sub)gradients as autograd takes them
     batch = a.numel() // (m * m) if m else 0  # explicit, not -1: K = 0 or m = 0 leaves -1 ambiguous
     af = a.detach().reshape(batch, m, m)  # (B, m, m)
     zs = iterates.reshape(batch, steps, m, m)  # (B, K, m, m)

@@ -1,19 +1,19 @@
-"""Moore–Penrose pseudo-inverse of the small landmark kernel A.
+"""The pseudo-inverse's entry points: checks, then the op's one choice of implementation.
 
 Legend: b batch, h heads, m landmarks.
 
-The iterative method of Razavi et al. (2014), as used by the paper:
-Z ← ¼ Z (13I − AZ (15I − AZ (7I − AZ))), Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞).
-``init="per_matrix"`` scales Z₀ by each matrix's own norms, so one sample's result never depends on its
-batch-mates. ``init="original"`` reproduces the official/HF/lucidrains code, which takes the maxima over
-the whole batch and all heads; it exists for parity tests only.
+:func:`iterative_pinv` (Razavi et al. 2014, the paper's method; the formula is in :mod:`.naive`) runs the
+plain reference iterations on the CPU path and the fused ``nystrom::iterative_pinv`` op (:mod:`.op`: one
+Triton launch on CUDA, a written-out backward) on the accelerator path. ``init="per_matrix"`` scales Z₀ by
+each matrix's own norms; ``init="original"`` takes the batch-wide maxima of the public codes (parity only).
 """
 
 from __future__ import annotations
 
 import torch
 
-from nystrom.functional.pinv_op import reference_pinv
+from nystrom.ops.pinv import op as _op  # noqa: F401  (registers nystrom::iterative_pinv)
+from nystrom.ops.pinv.naive import reference_pinv
 from nystrom.utils.checks import check_choice, check_positive_int
 from nystrom.utils.device import accelerator_path
 
@@ -41,7 +41,7 @@ def iterative_pinv(a: torch.Tensor, iterations: int = 6, init: str = "per_matrix
     check_positive_int("iterations", iterations, minimum=0)
     check_choice("init", init, PINV_INITS)
     a = a.to(_work_dtype(a.dtype))
-    if accelerator_path(a):  # one launch (Triton on CUDA) and a written-out backward: pinv_op.py
+    if accelerator_path(a):  # one launch (Triton on CUDA) and a written-out backward: op.py
         return torch.ops.nystrom.iterative_pinv(a, iterations, init == "per_matrix")[0]
     return reference_pinv(a, iterations, init == "per_matrix")  # CPU: plain ops, no op dispatch or iterates
 

@@ -1,0 +1,45 @@
+"""The reference pseudo-inverse: the iterative method of Razavi et al. (2014) in plain ops.
+
+Legend: B batch dims (b, h), m landmarks, K iterations; Z_k the iterate before step k (Z₀ the start).
+
+As used by the paper: Z ← ¼ Z (13I − AZ (15I − AZ (7I − AZ))), Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞).
+``per_matrix=True`` scales Z₀ by each matrix's own norms, so one sample's result never depends on its
+batch-mates. ``per_matrix=False`` reproduces the official/HF/lucidrains code, which takes the maxima over
+the whole batch and all heads; it exists for parity tests only.
+
+This is the op's one reference: the CPU path calls it directly, the fused op (:mod:`nystrom.ops.pinv.op`)
+runs the same iterations (recording the iterates for its backward) and the tests compare every other
+implementation with it. It computes in ``a``'s dtype; the entry point promotes half precision first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def initial_iterate(a: torch.Tensor, per_matrix: bool) -> torch.Tensor:
+    """Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞): per matrix, or (``per_matrix=False``) the batch-wide maxima of the public code."""
+    absa = a.abs()
+    norm_1 = absa.sum(-2).amax(-1)  # (B,) max column sum
+    norm_inf = absa.sum(-1).amax(-1)  # (B,) max row sum
+    denom = (norm_1 * norm_inf)[..., None, None] if per_matrix else norm_1.max() * norm_inf.max()
+    return a.mT / denom  # (B, m, m)
+
+
+def reference_pinv(a: torch.Tensor, iterations: int, per_matrix: bool) -> torch.Tensor:
+    """Z_K for square ``a`` (..., m, m): the paper's iterations in plain ops, autograd through all of them."""
+    return run_iterations(a, iterations, per_matrix, None)
+
+
+def run_iterations(
+    a: torch.Tensor, iterations: int, per_matrix: bool, iterates: torch.Tensor | None
+) -> torch.Tensor:
+    """Z_K; with ``iterates`` (..., K, m, m) given, Z_0 … Z_{K-1} are written into it for the backward."""
+    z = initial_iterate(a, per_matrix)
+    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+    for k in range(iterations):
+        if iterates is not None:
+            iterates[..., k, :, :] = z
+        az = a @ z
+        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
+    return z
