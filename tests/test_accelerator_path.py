@@ -1,14 +1,14 @@
-"""The accelerator path (issue #36), run on CPU tensors with ``force_accelerator_path``: the same numbers
+"""The accelerator path (the GPU's composite ops), run on CPU tensors with ``force_accelerator_path``: the same numbers
 as the CPU kernels and the float64 oracles, masks shared once per forward, no CPU blocking."""
 
 import pytest
 import torch
 
-import nystrom.functional.landmarks as landmarks
+import nystrom.ops.nystrom.landmarks as landmarks
 from nystrom import NystromAttention
 from nystrom.functional import nystrom_attention
-from nystrom.functional.landmarks import averaging_weights, segment_means, shared_landmarks
 from nystrom.model import NystromformerConfig, NystromformerModel
+from nystrom.ops.nystrom.landmarks import averaging_weights, segment_means, shared_landmarks
 from nystrom.utils.device import accelerator_path, force_accelerator_path
 
 from oracle import nystrom_oracle, rel_err, right_pad_mask, softmax_oracle

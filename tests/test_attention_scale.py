@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nystrom.attention import NystromAttention, SoftmaxAttention
-from nystrom.functional.attention import softmax_attention
+from nystrom.ops.softmax import softmax_attention
 from nystrom_lab import attention_spec
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from nystrom.attention import SoftmaxAttention
-from nystrom.functional.attention import softmax_attention
-from nystrom.functional.block_diagonal import block_diagonal_attention
 from nystrom.model import NystromformerConfig, NystromformerModel
+from nystrom.ops.softmax import softmax_attention
+from nystrom.ops.softmax.block_diagonal import block_diagonal_attention
 
 f64 = dict(dtype=torch.float64)
 

@@ -78,8 +78,8 @@ def test_invalid_specs_name_the_fault_and_the_valid_forms(text, words):
 
 def test_the_allowed_keys_are_the_constructors_keyword_names():
     """The parser's key lists (kept beside it so parsing needs no torch) cannot drift from the modules."""
-    from nystrom.functional.attention import PINV_METHODS
     from nystrom.model.configuration_nystromformer import attention_option_names
+    from nystrom.ops.nystrom import PINV_METHODS
     from nystrom.ops.pinv import PINV_INITS
 
     assert set(ATTENTION_KEYS) == set(REGISTRY)

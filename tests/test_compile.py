@@ -5,7 +5,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters
 
-import nystrom.functional.attention as fa
+import nystrom.ops.nystrom.dispatch as dispatch
 from nystrom.attention import NystromAttention
 from nystrom.compat.lucidrains import NystromAttention as LucidrainsAttention
 from nystrom.functional import nystrom_attention
@@ -72,7 +72,7 @@ def test_traceable_path_equals_fused_kernels_at_long_n(monkeypatch):
     mask = right_pad_mask([n - 1000], n)
     grads = []
     for fused in (True, False):
-        monkeypatch.setattr(fa, "_use_fused_kernels", lambda fused=fused: fused)
+        monkeypatch.setattr(dispatch, "_use_fused_kernels", lambda fused=fused: fused)
         out = nystrom_attention(q, k, v, num_landmarks=32, mask=mask)
         (out[:, :, : n - 1000] ** 2).sum().backward()
         grads.append((out.detach(), *(t.grad.clone() for t in (q, k, v))))

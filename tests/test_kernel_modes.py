@@ -1,4 +1,4 @@
-"""The threaded CPU kernels: every grad mode, batch 0 (regressions of issue #15), and training
+"""The threaded CPU kernels: every grad mode, batch 0 (regressions of the threaded kernels), and training
 gradients through them (padding inert, batch independence).
 
 The kernels switch on at ``SHORT_MIN_N``/``LONG_MIN_N`` tokens (16384; ``TRAIN_MIN_N`` when a gradient is
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from nystrom.attention import NystromAttention
-from nystrom.functional import kernels, nystrom_attention
+from nystrom.functional import nystrom_attention
+from nystrom.ops.nystrom import cpu_kernels as kernels
 
 
 @pytest.fixture

@@ -100,7 +100,7 @@ def test_what_is_not_a_sync_is_not_flagged():
 
 def test_a_sync_planted_in_our_masked_module_is_reported(monkeypatch):
     """The masked module's count finds a host read placed on its path (and finds none without it)."""
-    import nystrom.functional.attention_accel as accel
+    import nystrom.ops.nystrom.accelerator as accel
 
     assert measure("module-mask", "ours", n=256)["forward"]["host_syncs"] == 0
     real = accel.check_finite

@@ -20,8 +20,8 @@ from nystrom.attention.recompute import recompute_attention
 from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
 from nystrom.functional.dense import dense_module
 from nystrom.functional.dropout import Dropout
-from nystrom.functional.landmarks import shared, shared_landmarks
 from nystrom.functional.projection import project_heads
+from nystrom.ops.nystrom.landmarks import shared, shared_landmarks
 from nystrom.utils.checks import (
     check_dtype_matches,
     check_mask,
@@ -172,7 +172,7 @@ class AttentionBase(nn.Module):
 
 def padding(mask: torch.Tensor) -> torch.Tensor:
     """``~mask`` (b, n), True = padding; computed once per forward where the model shares its mask
-    (:func:`~nystrom.functional.landmarks.shared_landmarks`): every layer zeroes its input and its V with it."""
+    (:func:`~nystrom.ops.nystrom.landmarks.shared_landmarks`): every layer zeroes its input and its V with it."""
     return shared(mask, "padding", lambda: ~mask)
 
 

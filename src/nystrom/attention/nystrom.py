@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.attention import PINV_METHODS, nystrom_attention
+from nystrom.ops.nystrom import PINV_METHODS, nystrom_attention
 from nystrom.ops.pinv import PINV_INITS
 from nystrom.utils.checks import check_choice, check_positive_int, check_scale
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.attention import softmax_attention
-from nystrom.functional.block_diagonal import block_diagonal_attention
+from nystrom.ops.softmax import softmax_attention
+from nystrom.ops.softmax.block_diagonal import block_diagonal_attention
 from nystrom.utils.checks import check_positive_int, check_scale
 
 
@@ -16,7 +16,7 @@ class SoftmaxAttention(AttentionBase):
     ``conv_kernel_size`` adds the Nyströmformer's depthwise conv skip on V; HF Nystromformer checkpoints run
     exactly this (softmax + conv) when their config sets num_landmarks == segment_means_seq_len.
     ``block_size`` w restricts every token to its own block of w tokens (block-diagonal attention,
-    :func:`~nystrom.functional.block_diagonal.block_diagonal_attention`): a long model of copied positions
+    :func:`~nystrom.ops.softmax.block_diagonal.block_diagonal_attention`): a long model of copied positions
     then computes what its source computes on each block alone. ``scale``: the logit scale, None = 1/√d.
     """
 

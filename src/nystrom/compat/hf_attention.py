@@ -34,7 +34,7 @@ from transformers.masking_utils import (
 )
 from transformers.utils import logging
 
-from nystrom.functional.attention import nystrom_attention
+from nystrom.ops.nystrom import nystrom_attention
 
 NAME = "nystrom"
 

@@ -31,9 +31,9 @@ import torch
 from torch import nn
 
 from nystrom.attention.base import add_conv_skip
-from nystrom.functional.attention import nystrom_attention, nystrom_factors
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.projection import project_heads
+from nystrom.ops.nystrom import nystrom_attention, nystrom_factors
 from nystrom.ops.pinv import PINV_INITS
 from nystrom.utils.checks import (
     check_choice,

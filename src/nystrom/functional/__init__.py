@@ -1,15 +1,19 @@
-"""Pure tensor maths: landmarks, pseudo-inverse, attention formulas. Shapes: b, h, n, m, d (see modules)."""
+"""The functional API, a public path over :mod:`nystrom.ops`: Nyström attention, its reference and factors,
+landmarks, the pseudo-inverse, the two CPU softmax kernels and exact softmax attention.
+Shapes: b, h, n, m, d (see the op modules)."""
 
-from nystrom.functional.attention import (
+from nystrom.ops.nystrom import (
     PINV_METHODS,
+    landmark_assignment,
+    long_key_attention,
     nystrom_attention,
     nystrom_attention_materialized,
     nystrom_factors,
-    softmax_attention,
+    segment_means,
+    short_key_attention,
 )
-from nystrom.functional.kernels import long_key_attention, short_key_attention
-from nystrom.functional.landmarks import landmark_assignment, segment_means
 from nystrom.ops.pinv import PINV_INITS, exact_pinv, iterative_pinv
+from nystrom.ops.softmax import softmax_attention
 
 __all__ = [
     "PINV_INITS",

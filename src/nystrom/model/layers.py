@@ -11,11 +11,11 @@ import math
 import torch
 from torch import nn
 
-from nystrom.functional.attention import nystrom_factors
 from nystrom.functional.dense import dense_module
 from nystrom.functional.dropout import Dropout
 from nystrom.functional.ffn import feed_forward
 from nystrom.model.configuration_nystromformer import NystromformerConfig
+from nystrom.ops.nystrom import nystrom_factors
 from nystrom.utils.checks import value_checks_enabled
 from nystrom.utils.device import accelerator_path
 from nystrom.utils.parallel import range_chunks

@@ -20,7 +20,6 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from nystrom.functional.landmarks import shared_landmarks
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.layers import (
     Embeddings,
@@ -31,6 +30,7 @@ from nystrom.model.layers import (
     to_mask,
 )
 from nystrom.model.positions import check_scheme, extend_table, scheme_record
+from nystrom.ops.nystrom.landmarks import shared_landmarks
 
 T = torch.Tensor | None  # the optional tensor arguments of every forward
 B = bool | None  # the optional switches (None = the config's setting)

@@ -1,4 +1,4 @@
-"""The recomputing backward passes of the two softmax kernels of :mod:`nystrom.functional.kernels`.
+"""The recomputing backward passes of the two softmax kernels of :mod:`nystrom.ops.nystrom.cpu_kernels`.
 
 Legend: b batch, h heads, n tokens, m landmarks (few), d head dim, dv value dim, c chunk length,
 r row/key ranges per sample.
@@ -8,7 +8,7 @@ probabilities from q and the keys, the long-key one from the saved log-sum-exp. 
 forwards' (sample, range of rows or keys), all heads batched, on the thread pool of ``utils/parallel.py``.
 
 Why the tunables (chunk length, ranges per sample, the probability routine) are arguments: they are
-read from ``kernels`` at call time, where tests and users set them (``kernels.CHUNK_ROWS = …``), so the
+read from ``cpu_kernels`` at call time, where tests and users set them (``cpu_kernels.CHUNK_ROWS = …``), so the
 forward and its backward always chunk alike.
 """
 
@@ -20,7 +20,7 @@ import torch
 
 from nystrom.utils.parallel import parallel_for, range_chunks
 
-#: softmax(a @ b) of base-2 scores into ``out`` (h, c, m), keys masked by ``valid`` (m,): ``kernels._probs2``
+#: softmax(a @ b) of base-2 scores into ``out`` (h, c, m), keys masked by ``valid`` (m,): ``cpu_kernels._probs2``
 Probs = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
 
 

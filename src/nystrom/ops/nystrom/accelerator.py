@@ -1,5 +1,5 @@
-"""The Nyström core on the accelerator path: the same maths as :mod:`nystrom.functional.attention`'s CPU
-kernels, as few (and large) ops as it allows.
+"""The Nyström core on the accelerator path: the same maths as the CPU path (:mod:`nystrom.ops.nystrom.cpu`),
+as few (and large) ops as it allows.
 
 Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim, s score scale.
 
@@ -7,13 +7,13 @@ Why a path of its own: on a GPU each op is a kernel launch of a few µs, and at 
 n = 4096) the launches, not the FLOPs, set the time. Per call:
 
 * landmarks: one GEMM each for q̃ and k̃ with the averaging matrix W (b, m, n) of
-  :func:`~nystrom.functional.landmarks.averaging_weights` (any mask), the score scale folded into q̃'s W;
+  :func:`~nystrom.ops.nystrom.landmarks.averaging_weights` (any mask), the score scale folded into q̃'s W;
 * A = softmax(q̃ k̃ᵀ s): one GEMM and a softmax (+ a fill and a select where landmarks can be empty);
 * A⁺: the fused ``nystrom::iterative_pinv`` op;
 * B·V and F·(A⁺BV): two fused SDPA calls with additive masks, and one GEMM between them.
 
 Everything derived from the mask alone (W, the additive masks, the empty-landmark blocks) is computed once
-per forward for all layers (:func:`~nystrom.functional.landmarks.shared_landmarks`).
+per forward for all layers (:func:`~nystrom.ops.nystrom.landmarks.shared_landmarks`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.landmarks import averaging_weights, shared
+from nystrom.ops.nystrom.landmarks import averaging_weights, shared
 from nystrom.ops.pinv import exact_pinv, iterative_pinv
 from nystrom.utils.checks import check_finite
 

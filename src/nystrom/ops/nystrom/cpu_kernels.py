@@ -12,7 +12,7 @@ chunk from the saved log-sum-exp.
 
 Work items are (sample, range of rows) for the short-key kernel and (sample, range of keys) for the
 long-key kernel (split-K, merged by their log-sum-exp), forward and backward. Each item runs on one
-thread (see ``parallel.py``) and steps through its range in cache-sized chunks with all heads batched,
+thread (see ``utils/parallel.py``) and steps through its range in cache-sized chunks with all heads batched,
 reads q/k/v through their strides (head views of a fused projection need no copy) and writes results
 into heads-interleaved buffers, so no (n, m) or (m, n) matrix is ever alive, forward or backward.
 Masked keys get probability exactly 0 via ``masked_fill`` (so any finite garbage at padding is inert).
@@ -22,7 +22,7 @@ On other devices, and below ``*_MIN_N`` tokens on CPU (``TRAIN_MIN_N`` when auto
 gradient), the same maths runs through the fused ``scaled_dot_product_attention`` (flash attention:
 O(n) memory too, and faster for short sequences and in training).
 
-The recomputing backward passes are in ``kernels_backward.py``; the tunables above (``CHUNK_*``,
+The recomputing backward passes are in ``cpu_kernels_backward.py``; the tunables above (``CHUNK_*``,
 ``SPLITS``) and the probability routine are read here and handed to them, so setting them on this
 module changes forward and backward alike.
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.kernels_backward import long_key_backward, short_key_backward
+from nystrom.ops.nystrom.cpu_kernels_backward import long_key_backward, short_key_backward
 from nystrom.utils.memory import empty
 from nystrom.utils.parallel import parallel_for, range_chunks
 

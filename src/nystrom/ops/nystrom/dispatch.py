@@ -1,0 +1,93 @@
+"""Nyström attention's entry point: the checks, then the op's ONE choice of implementation.
+
+Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim.
+
+Three implementations compute the same function (the formula is in :mod:`.naive`, the reference):
+
+* ``cpu`` (eager on the CPU): the landmark kernel on one thread, the two large products through the
+  cache-blocked, threaded kernels of :mod:`.cpu_kernels`;
+* ``accelerator`` (eager on a GPU or the meta device, or CPU tensors inside ``force_accelerator_path()``):
+  the same maths as few and large launches;
+* ``traceable`` (under ``torch.compile``/``torch.export``, on any device): plain ops and SDPA, which the
+  compiler can follow.
+
+:func:`nystrom_attention` is the only place that chooses between them; the modules, models and drop-ins
+call it and ask no device question of their own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nystrom.ops.nystrom import accelerator, cpu, traceable
+from nystrom.ops.nystrom.options import check_options
+from nystrom.utils.amp import autocast_off
+from nystrom.utils.checks import first_order_only, rejects_key_padding_mask, zero_padding
+from nystrom.utils.device import accelerator_path
+
+
+def _use_fused_kernels() -> bool:
+    """Whether to run the eager implementations (threads, custom autograd, custom ops): not while
+    torch.compile or torch.export trace, which cannot follow the CPU kernels; ``traceable`` computes the
+    same function there."""
+    return not torch.compiler.is_compiling()
+
+
+@rejects_key_padding_mask
+def nystrom_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    num_landmarks: int = 64,
+    mask: torch.Tensor | None = None,
+    pinv_iterations: int = 6,
+    pinv: str = "iterative",
+    pinv_init: str = "per_matrix",
+    segments: str = "balanced",
+    scale: float | None = None,
+    causal: bool = False,
+    padded_finite: bool = False,
+) -> torch.Tensor:
+    """Nyström self-attention, O(n·d + m²) memory.
+
+    Args:
+        q, k: (b, h, n, d); v: (b, h, n, dv). float16/bfloat16/float32/float64, one dtype.
+        num_landmarks: m. With m ≥ n (and ``pinv="exact"``) the result is exact softmax attention.
+        mask: bool (b, n), True = real token. Padded tokens enter neither landmarks nor keys, and may
+            hold any values (NaN and Inf included): no real output or gradient depends on them. Their
+            own output rows are unspecified (finite).
+        pinv_iterations: iterations of the Razavi et al. method.
+        pinv: ``"iterative"`` (the paper) or ``"exact"`` (``torch.linalg.pinv``).
+        pinv_init: ``"per_matrix"`` or ``"original"`` (batch-wide Z₀, for parity with public code only).
+        segments: ``"balanced"`` (real token of rank r of L goes to landmark ⌊r·m/L⌋) or
+            ``"front_padded"`` (lucidrains' layout: runs of ⌈n/m⌉ positions after virtual front padding).
+        scale: score scale, default 1/√d.
+        causal: must be False; Nyström landmarks are bidirectional (raises if True).
+        padded_finite: the caller guarantees that padded positions of q, k, v hold finite values (the
+            modules' projections of zeroed inputs do), so they need not be zeroed: a padded key's
+            probability is an exact 0, and 0 times a finite value is 0 (saves three passes, or on a GPU
+            four launches, per call).
+
+    Returns:
+        (b, h, n, dv) in the inputs' dtype. Landmarks, A and A⁺ are computed in ≥ float32.
+    """
+    mask, scale = check_options(
+        q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
+    )
+    if not isinstance(padded_finite, bool):
+        raise TypeError(f"padded_finite must be a bool, got {padded_finite!r}")
+    if not padded_finite:
+        q, k, v = zero_padding(mask, q, k, v)
+    if not _use_fused_kernels():
+        path = traceable
+    elif accelerator_path(q):  # few large launches instead of the CPU's blocked kernels
+        path = accelerator
+    else:
+        path = cpu
+    with autocast_off(q.device.type):  # dtypes inside are chosen on purpose
+        out = path.nystrom_core(
+            q, k, v, num_landmarks=num_landmarks, mask=mask, pinv_iterations=pinv_iterations, pinv=pinv,
+            pinv_init=pinv_init, segments=segments, scale=scale,
+        )  # fmt: skip
+    return first_order_only(out, "nystrom_attention")

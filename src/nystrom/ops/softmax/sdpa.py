@@ -1,0 +1,43 @@
+"""Exact softmax attention through PyTorch's fused ``scaled_dot_product_attention``.
+
+Legend: b batch, h heads, n queries, n_k keys, d head dim, dv value dim.
+
+:func:`masked_sdpa` is the one masked SDPA call of the library's plain paths: softmax attention itself,
+and the traceable Nyström path (:mod:`nystrom.ops.nystrom.traceable`), whose two products are softmax
+attentions over the landmarks.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from nystrom.utils.checks import check_mask, check_qkv, rejects_key_padding_mask, resolve_scale, zero_padding
+
+
+def masked_sdpa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None, scale: float
+) -> torch.Tensor:
+    """softmax(q kᵀ·scale) v with ``key_mask`` (b, n_k) False keys excluded: q (b, h, n, d), k (b, h, n_k, d),
+    v (b, h, n_k, dv) -> (b, h, n, dv)."""
+    attn_mask = None if key_mask is None else key_mask[:, None, None, :]  # (b, 1, 1, n_k)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+
+
+@rejects_key_padding_mask
+def softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Exact softmax attention (fused SDPA): q, k (b, h, n, d), v (b, h, n, dv) -> (b, h, n, dv).
+
+    ``mask`` (b, n) bool, True = real token; padded positions may hold any values (NaN, Inf).
+    """
+    b, h, n, d, _ = check_qkv(q, k, v)
+    mask = check_mask(mask, b, n, q.device)
+    q, k, v = zero_padding(mask, q, k, v)
+    return masked_sdpa(q, k, v, mask, resolve_scale(scale, d))
