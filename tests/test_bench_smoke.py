@@ -187,7 +187,7 @@ def test_approx_errors_decrease_with_budget_on_lowrank():
 
 
 def test_reformer_reference_is_lsh_with_one_bucket():
-    from nystrom.functional.reformer import lsh_attention, lsh_num_buckets, random_rotations
+    from nystrom.ops.baselines.reformer import lsh_attention, lsh_num_buckets, random_rotations
 
     q, _, v = approx.lowrank_qkv(32, heads=2, dim_head=8)
     rot = random_rotations(2, 8, lsh_num_buckets(32, 32), generator=torch.Generator().manual_seed(0))

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from nystrom.functional import nystrom_attention, nystrom_attention_materialized, softmax_attention
-from nystrom.functional.linear import linear_attention
-from nystrom.functional.linformer import linformer_attention
-from nystrom.functional.longformer import sliding_window_attention
-from nystrom.functional.performer import orthogonal_random_features, performer_attention
-from nystrom.functional.reformer import lsh_attention, lsh_num_buckets, random_rotations
+from nystrom.ops.baselines.linear import linear_attention
+from nystrom.ops.baselines.linformer import linformer_attention
+from nystrom.ops.baselines.longformer import sliding_window_attention
+from nystrom.ops.baselines.performer import orthogonal_random_features, performer_attention
+from nystrom.ops.baselines.reformer import lsh_attention, lsh_num_buckets, random_rotations
 from test_registry import NAMES, build, inputs
 
 from oracle import right_pad_mask

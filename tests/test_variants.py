@@ -17,11 +17,11 @@ from nystrom.attention.linformer import LinformerAttention
 from nystrom.attention.longformer import LongformerAttention
 from nystrom.attention.performer import PerformerAttention
 from nystrom.attention.reformer import ReformerAttention
-from nystrom.functional.linear import elu_feature_map, linear_attention
-from nystrom.functional.linformer import linformer_attention
-from nystrom.functional.longformer import sliding_window_attention
-from nystrom.functional.performer import favor_features, orthogonal_random_features, performer_attention
-from nystrom.functional.reformer import SELF_LOGIT, lsh_attention, lsh_num_buckets, random_rotations
+from nystrom.ops.baselines.linear import elu_feature_map, linear_attention
+from nystrom.ops.baselines.linformer import linformer_attention
+from nystrom.ops.baselines.longformer import sliding_window_attention
+from nystrom.ops.baselines.performer import favor_features, orthogonal_random_features, performer_attention
+from nystrom.ops.baselines.reformer import SELF_LOGIT, lsh_attention, lsh_num_buckets, random_rotations
 
 from oracle import linear_oracle, softmax_oracle
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.linear import linear_attention
+from nystrom.ops.baselines.linear import linear_attention
 
 
 class LinearAttention(AttentionBase):
     """Non-causal linear attention with the feature map ``elu(x) + 1``: O(n·d²) time, O(n) memory.
 
     ``out_i = phi(q_i)^T sum_j phi(k_j) v_j^T / phi(q_i)^T sum_j phi(k_j)``, the sums over real tokens
-    only (see :mod:`nystrom.functional.linear`). No options beyond the shell's: the method has none.
+    only (see :mod:`nystrom.ops.baselines.linear`). No options beyond the shell's: the method has none.
 
     Args:
         dim: model width.

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.linformer import linformer_attention
+from nystrom.ops.baselines.linformer import linformer_attention
 from nystrom.utils.checks import check_positive_int
 
 
@@ -19,7 +19,7 @@ class LinformerAttention(AttentionBase):
     E and F are shared by all heads (the paper's headwise sharing) and initialised Xavier-normal as a
     linear map N -> p. Linformer is tied to ``max_seq_len``: an input of n <= N tokens uses the first n
     columns, a longer one raises ``ValueError``. Padded keys/values are zeroed before the projection,
-    which removes their contribution exactly (see :mod:`nystrom.functional.linformer`).
+    which removes their contribution exactly (see :mod:`nystrom.ops.baselines.linformer`).
 
     Args:
         dim: model width.

@@ -8,14 +8,14 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.longformer import sliding_window_attention
+from nystrom.ops.baselines.longformer import sliding_window_attention
 from nystrom.utils.checks import check_positive_int
 
 
 class LongformerAttention(AttentionBase):
     """Local self-attention over a centred window of w tokens, O(n·w) time and memory.
 
-    No global tokens. The padding mask is honoured exactly (see :mod:`nystrom.functional.longformer`).
+    No global tokens. The padding mask is honoured exactly (see :mod:`nystrom.ops.baselines.longformer`).
 
     Args:
         dim: model width.

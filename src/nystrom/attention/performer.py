@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.performer import orthogonal_random_features, performer_attention
+from nystrom.ops.baselines.performer import orthogonal_random_features, performer_attention
 from nystrom.utils.checks import check_positive_int
 
 

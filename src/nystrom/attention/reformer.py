@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from nystrom.attention.base import AttentionBase
-from nystrom.functional.reformer import lsh_attention, lsh_num_buckets, random_rotations
+from nystrom.ops.baselines.reformer import lsh_attention, lsh_num_buckets, random_rotations
 from nystrom.utils.checks import check_positive_int
 
 
@@ -20,7 +20,7 @@ class ReformerAttention(AttentionBase):
     follows the input, u = ``lsh_num_buckets(n, bucket_size)``, so the random rotations (r, d, u/2) are
     drawn per call: from ``seed`` (the same hashing on every call: deterministic, reproducible) or,
     with ``seed=None``, fresh from torch's global RNG each call (Reformer's training behaviour).
-    The padding mask is honoured exactly (see :mod:`nystrom.functional.reformer`).
+    The padding mask is honoured exactly (see :mod:`nystrom.ops.baselines.reformer`).
 
     Args:
         dim: model width.

@@ -41,10 +41,10 @@ import torch.nn.functional as F
 
 from nystrom.attention import LinformerAttention
 from nystrom.functional import nystrom_attention, softmax_attention
-from nystrom.functional.linformer import linformer_attention
-from nystrom.functional.longformer import sliding_window_attention
-from nystrom.functional.performer import orthogonal_random_features, performer_attention
-from nystrom.functional.reformer import SELF_LOGIT, lsh_attention, lsh_num_buckets, random_rotations
+from nystrom.ops.baselines.linformer import linformer_attention
+from nystrom.ops.baselines.longformer import sliding_window_attention
+from nystrom.ops.baselines.performer import orthogonal_random_features, performer_attention
+from nystrom.ops.baselines.reformer import SELF_LOGIT, lsh_attention, lsh_num_buckets, random_rotations
 
 METHODS = (
     "nystrom",
