@@ -80,7 +80,7 @@ def main() -> None:
                 flush=True,
             )
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from nystrom_lab.bench.common import machine_info
+    from nystrom_lab.bench.measure import machine_info
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=2) + "\n")

@@ -88,7 +88,7 @@ def main() -> None:
     if args.child:
         json.dump(_child(args.length, args.rounds), sys.stdout)
         return
-    from nystrom_lab.bench.common import machine_info
+    from nystrom_lab.bench.measure import machine_info
 
     results = {
         "machine": machine_info(),

@@ -10,7 +10,7 @@ from nystrom.attention import SoftmaxAttention
 from nystrom_lab.argtypes import UsageError
 from nystrom_lab.bench import approx, table1
 from nystrom_lab.bench.approx_commands import register as register_approx
-from nystrom_lab.bench.commands import register
+from nystrom_lab.bench.bench_commands import register
 
 
 def _row(method, n, mb, ms):
@@ -156,8 +156,8 @@ def test_case_server_forks_every_case_from_one_worker(monkeypatch):
 def test_forked_case_measures_memory_as_a_fresh_process():
     """The worker's mapped library pages are mapped again in a forked case: without that, this case's
     peak read 12.9 MB forked vs 9.8 MB in a fresh interpreter (code pages faulted in again)."""
-    from nystrom_lab.bench.common import run_child
     from nystrom_lab.bench.forkserver import CaseServer
+    from nystrom_lab.bench.measure import run_child
     from nystrom_lab.bench.table1_case import case_args
 
     case = {"method": "nystrom-32", "n": 128, "batch": 1, "heads": 2, "dim_head": 8, "dtype": "float32"}
@@ -300,7 +300,7 @@ def test_malloc_cached_reuses_mapped_memory(monkeypatch):
     import subprocess
     import sys
 
-    from nystrom_lab.bench.common import MALLOC, allocator_info, malloc_env
+    from nystrom_lab.bench.measure import MALLOC, allocator_info, malloc_env
 
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     faults = {}

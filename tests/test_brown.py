@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from nystrom_lab.cli import main as cli_main
 from nystrom_lab.data import brown
 from nystrom_lab.data.brown import detokenize, parse_brown, read_brown_documents
-from nystrom_lab.data.files import DataFileError
+from nystrom_lab.data.file_checks import DataFileError
 from nystrom_lab.data.text import iter_documents
 
 FIXTURE = Path(__file__).parent / "fixtures" / "brown"

@@ -1,5 +1,5 @@
 """DataFileError and the shared checks; GLUE/IMDB text, corpus, tokenizer and token-cache readers reject
-bad files at load time naming file and line (regression tests for issue #15's reader items)."""
+bad files at load time naming file and line (regression tests for the readers' robustness fixes)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nystrom_lab.data import DataFileError
-from nystrom_lab.data.files import path_inside
+from nystrom_lab.data.file_checks import path_inside
 from nystrom_lab.data.glue import load_glue_file, load_imdb_reviews, read_tsv
 from nystrom_lab.data.text import (
     TokenizedCorpus,

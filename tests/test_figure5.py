@@ -105,16 +105,3 @@ def test_wall_time_sums_resumed_segments():
     recs = [{"time": t} for t in (1.0, 2.0, 3.0, 0.5, 1.5, 0.2)]  # two resumes
     assert wall_time(recs) == pytest.approx(3.0 + 1.5 + 0.2)
     assert wall_time([]) == 0.0
-
-
-def test_median_step_time_ignores_pauses_and_resumed_clocks():
-    from nystrom_lab.text.curves import median_step_time
-
-    recs = [
-        {"step": 10, "time": 2.0}, {"step": 20, "time": 4.0}, {"step": 30, "time": 6.0},
-        {"step": 40, "time": 300.0},  # suspended for minutes
-        {"step": 50, "time": 302.0},
-        {"step": 60, "time": 1.9}, {"step": 70, "time": 3.9},  # resumed: the clock restarts
-    ]  # fmt: skip
-    assert median_step_time(recs) == pytest.approx(0.2)
-    assert median_step_time(recs[:1]) is None

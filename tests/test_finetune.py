@@ -9,6 +9,7 @@ import torch
 
 from nystrom_lab.cli import run_command as main
 from nystrom_lab.data.glue import encode_pair, load_glue_file, load_imdb_reviews, load_task, read_tsv
+from nystrom_lab.data.records import read_metrics
 from nystrom_lab.text.finetune import FinetuneRun, make_step
 from nystrom_lab.training.metrics import check_metric, single_label_metrics
 from tiny_text import FIX, tiny_text_setup
@@ -138,7 +139,7 @@ def test_finetune_mrpc_f1_and_mnli_two_dev_sets(setup, tmp_path):
 
 def test_finetune_selects_best_dev_step_by_f1(setup, tmp_path):
     res = _run(setup, "mrpc", tmp_path, GLUE, "--select-metric", "f1", "--epochs", "4")
-    devs = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if r["split"] == "dev"]
+    devs = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "dev"]
     assert len(devs) >= 2 and all("f1" in r for r in devs)
     best = max(devs, key=lambda r: (r["f1"], -r["step"]))  # the first step reaching the highest F1
     assert res["loop"]["metric"] == "f1"

@@ -1,6 +1,6 @@
 """`nystrom finetune --train-file` on the user's own CSV/JSONL files, and `nystrom predict` on its model.
 
-The issue's done-when flow on a tiny model and tokenizer: string labels train, the output folder loads
+The whole flow on a tiny model and tokenizer: string labels train, the output folder loads
 and predicts label names, and ``--device cuda`` without CUDA fails clearly.
 """
 
@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from nystrom_lab.cli import main as cli_main
+from nystrom_lab.data.records import read_metrics
 from nystrom_lab.text.predict import load_classifier, predict_texts
 from tiny_text import tiny_text_setup
 
@@ -48,7 +49,7 @@ def test_done_when_csv_with_string_labels_trains_and_predicts_names(tiny, tmp_pa
     assert set(res["validation"]) >= {"accuracy", "macro_f1", "matthews", "f1", "examples"}
     assert res["validation"]["accuracy"] >= 5 / 6  # 2 easy classes, 24 examples, 15 epochs
     assert res["loop"]["metric"] == "accuracy" and res["loop"]["best_step"] > 0
-    train_logs = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["split"] == "train"]
+    train_logs = [r for r in read_metrics(out / "metrics.jsonl") if r["split"] == "train"]
     assert all(r["tokens_per_s"] > 0 for r in train_logs)
     preds = (out / "predictions_validation.tsv").read_text().splitlines()
     assert preds[0] == "index\tprediction" and {p.split("\t")[1] for p in preds[1:]} <= {"neg", "pos"}
@@ -142,7 +143,7 @@ def test_predict_on_a_folder_that_is_no_model_says_so(tmp_path, capsys):
     assert cli_main(["predict", str(tmp_path / "run"), "--input", str(tmp_path / "missing.txt")]) == 2
 
 
-def test_the_issues_bare_command_defaults_to_minilm_and_a_runs_folder(tiny, monkeypatch, tmp_path):
+def test_the_bare_command_defaults_to_minilm_and_a_runs_folder(tiny, monkeypatch, tmp_path):
     """`nystrom finetune --train-file train.csv --validation-file dev.csv --text-column text --label-column
     label`, exactly: the bundled MiniLM is the starting point and runs/finetune/train the output."""
     import nystrom_lab.text.finetune as ft

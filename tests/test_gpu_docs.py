@@ -13,7 +13,7 @@ import math
 import shutil
 from pathlib import Path
 
-from nystrom_lab.docs import wins
+from nystrom_lab.docs import where_nystrom_wins as wins
 from nystrom_lab.docs.registry import BLOCKS
 from nystrom_lab.docs.render import problems
 

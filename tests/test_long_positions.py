@@ -1,4 +1,4 @@
-"""``nystrom pretrain long-positions`` (issue #37): the runs it launches, the variants it chooses after the
+"""``nystrom pretrain long-positions`` (position schemes from an MLM-trained source): the runs it launches, the variants it chooses after the
 screen, and the screen and report end to end on a tiny 6-layer model."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import torch
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, save_tokenizer
 from nystrom_lab.data.text import train_wordpiece
 from nystrom_lab.long_context import positions
+from nystrom_lab.long_context import run as long_run
 from nystrom_lab.long_context.positions import (
     CONTINUED,
     PositionsRun,
@@ -109,7 +110,7 @@ def test_a_finished_source_without_its_weights_is_trained_again_before_a_convers
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.json").write_text("{}")
 
-    monkeypatch.setattr(positions.subprocess, "run", fake_run)
+    monkeypatch.setattr(long_run.subprocess, "run", fake_run)
     monkeypatch.setattr(positions, "prepare_source", lambda run: None)  # MiniLM's start: not needed here
     assert finished(run, "source") and not finished(run, "source", weights=True)
     train_variant(run, "copy-nystrom", progress=False, device="cpu")

@@ -14,6 +14,7 @@ from safetensors.torch import load_model
 from nystrom.attention import NystromAttention
 from nystrom.model import NystromformerForDualSequenceClassification, NystromformerForSequenceClassification
 from nystrom_lab.argtypes import UsageError
+from nystrom_lab.data.records import read_metrics
 from nystrom_lab.lra.commands import register
 from nystrom_lab.lra.experiment import (
     LRARun,
@@ -156,7 +157,7 @@ def test_listops_quick_end_to_end_resume_and_full_test(tmp_path, capsys):
     # the same command resumes: no new training steps, same data
     stamp = (out / "data" / "generated.json").stat().st_mtime_ns
     assert _cli([*LISTOPS_ARGS, "--out", str(out)]) == 0
-    steps = [r["step"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+    steps = [r["step"] for r in read_metrics(out / "metrics.jsonl")]
     assert steps.count(4) == 2 and max(steps) == 4  # one train and one dev record of step 4
     assert (out / "data" / "generated.json").stat().st_mtime_ns == stamp
     with pytest.raises(ValueError, match="attention"):

@@ -13,6 +13,7 @@ import torch
 
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, to_long
 from nystrom_lab.cli import run_command as text_main
+from nystrom_lab.data.records import read_metrics
 from nystrom_lab.data.text import build_token_cache, train_wordpiece
 from nystrom_lab.data.text_mlm import PackedMLMDataset, collate_mlm, document_stream, position_buckets
 from nystrom_lab.data.text_pretrain import split_documents
@@ -137,7 +138,7 @@ def test_pretrain_init_from_a_converted_model(tmp_path, tok):
             "--batch-size", "2", "--steps", "4", "--eval-every", "2", "--eval-at-start", "--dev-fraction", "0.5",
             "--out", str(out), "--no-progress"]  # fmt: skip
     assert text_main(args) == 0
-    dev = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines() if '"dev"' in x]
+    dev = [r for r in read_metrics(out / "metrics.jsonl") if r["split"] == "dev"]
     assert [r["step"] for r in dev] == [0, 2, 4]
     assert {"mlm_accuracy@0-96", "mlm_loss@0-96", "mlm_accuracy", "mlm_loss"} <= set(dev[0])
     record = json.loads((out / "pretrain_run.json").read_text())
@@ -149,7 +150,7 @@ def test_pretrain_init_from_a_converted_model(tmp_path, tok):
 
 def test_run_records_name_the_tokenizer_by_package_and_content_not_by_path(tmp_path):
     from nystrom.model import minilm_path
-    from nystrom_lab.data.files import describe_file
+    from nystrom_lab.data.records import describe_file
     from nystrom_lab.text.pretrain import same_run
 
     rec = describe_file(minilm_path() / "tokenizer.json")

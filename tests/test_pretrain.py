@@ -12,11 +12,11 @@ from safetensors.torch import load_file
 
 from nystrom.model import NystromformerConfig, NystromformerForPreTraining
 from nystrom_lab.cli import run_command as main
+from nystrom_lab.data.records import read_metrics
 from nystrom_lab.data.text import train_wordpiece
 from nystrom_lab.text.figure5 import plot_runs
 from nystrom_lab.text.models import text_attention
 from nystrom_lab.text.pretrain import PretrainRun, build_model, run_pretrain, same_run
-from nystrom_lab.training.logging import read_metrics
 
 CORPUS = Path(__file__).parent / "fixtures" / "text" / "corpus"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

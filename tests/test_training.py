@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from nystrom_lab.data.records import read_metrics
 from nystrom_lab.training import TrainConfig, global_batch, linear_warmup_decay, train
-from nystrom_lab.training.logging import read_metrics
 from toy_task import config, make_task
 
 TOY = str(Path(__file__).parent / "toy_task.py")

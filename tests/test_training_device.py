@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 from nystrom_lab.argtypes import device_options
+from nystrom_lab.data.records import read_metrics
 from nystrom_lab.training import train
 from nystrom_lab.training.checkpoint import load_checkpoint, rng_state, set_rng_state
 from nystrom_lab.training.device import autocast, init_distributed, resolve_device
-from nystrom_lab.training.logging import read_metrics
 from toy_task import ToyModel, config, make_task
 
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

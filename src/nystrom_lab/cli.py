@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_cmd_demo)
 
     from nystrom_lab.bench.approx_commands import register as register_approx
-    from nystrom_lab.bench.commands import register as register_bench
+    from nystrom_lab.bench.bench_commands import register as register_bench
     from nystrom_lab.data.lra.commands import register as register_data
     from nystrom_lab.docs.commands import register as register_docs
     from nystrom_lab.long_context.commands import register as register_long_context

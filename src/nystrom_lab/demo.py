@@ -9,7 +9,7 @@ import torch
 
 from nystrom.functional import nystrom_attention, softmax_attention
 from nystrom_lab.attention_spec import constructor_default
-from nystrom_lab.bench.common import median_time_ms
+from nystrom_lab.bench.measure import median_time_ms
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

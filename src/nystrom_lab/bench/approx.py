@@ -35,7 +35,7 @@ from nystrom_lab.bench.approx_measure import (  # noqa: F401 (re-exported: calle
     sweep,
 )
 from nystrom_lab.bench.approx_report import plot, render, report  # noqa: F401 (re-exported)
-from nystrom_lab.bench.common import replace_section
+from nystrom_lab.bench.measure import replace_section
 
 TEXT_LENGTHS = (256, 512, 1024, 2048)
 SYNTH_LENGTHS = (512, 1024, 2048, 4096)

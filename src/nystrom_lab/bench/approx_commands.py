@@ -15,7 +15,7 @@ from nystrom_lab.argtypes import (
     positive_int,
     positive_ints,
 )
-from nystrom_lab.bench.commands import add_output_options, command_line, names, or_default
+from nystrom_lab.bench.bench_commands import add_output_options, command_line, names, or_default
 
 MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx` reads q, k, v from
 # never docs/ by default (a quick run must not overwrite the committed tables; `--out docs` does)

@@ -24,7 +24,7 @@ from torch import nn
 from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom.functional import nystrom_attention, softmax_attention
 from nystrom_lab.bench.attention_report import IMPLS, MODES, render
-from nystrom_lab.bench.common import (
+from nystrom_lab.bench.measure import (
     gemm_gflops,
     machine_info,
     median_time_and_gemm_rate,

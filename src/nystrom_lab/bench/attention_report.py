@@ -25,7 +25,7 @@ def floor_ms(n: int, *, landmarks: int, dim_head: int, heads: int, gflops: float
 def render(rows: list[dict], info: dict, *, heads: int, dim_head: int, landmarks: int, dtype: str) -> str:
     """Markdown: per mode a table of ms / MB and our speed-up and memory ratio vs each other implementation.
 
-    ``info``: :func:`nystrom_lab.bench.common.machine_info` plus the run's GEMM rate before and after
+    ``info``: :func:`nystrom_lab.bench.measure.machine_info` plus the run's GEMM rate before and after
     (``gemm_gflops_before`` / ``_after``); a core row without its own interleaved rate takes the larger."""
     rate = max(float(info["gemm_gflops_before"]), float(info["gemm_gflops_after"]))
     get = {(r["impl"], r["mode"], r["n"]): r for r in rows}

@@ -19,7 +19,7 @@ What a fork does not carry over, restored in the case process before the case ru
 
 Protocol: the driver writes one JSON line ``{"case": {...}, "timeout_s": t}`` to the worker's stdin;
 the worker answers one line: ``{"result": {...}}``, ``{"error": "..."}`` (the last lines of the case's
-output, as :func:`nystrom_lab.bench.common.run_child` reports a failed child) or ``{"timeout": true}``.
+output, as :func:`nystrom_lab.bench.measure.run_child` reports a failed child) or ``{"timeout": true}``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from nystrom_lab.bench.common import CHILD_ENV
+from nystrom_lab.bench.measure import CHILD_ENV
 
 _OMP = "OMP_NUM_THREADS"
 _OMP_SAVED = "NYSTROM_FORKSERVER_OMP_NUM_THREADS"  # the driver's value ("" = unset), for the cases

@@ -127,8 +127,8 @@ def run(*, n: int, out_dir) -> dict:
     import json
     from pathlib import Path
 
-    from nystrom_lab.bench.common import machine_info
     from nystrom_lab.bench.launches_report import render
+    from nystrom_lab.bench.measure import machine_info
 
     info = machine_info()
     report = {

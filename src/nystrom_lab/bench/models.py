@@ -1,4 +1,4 @@
-"""``nystrom bench models``: whole long-document encoders side by side (issue #26).
+"""``nystrom bench models``: whole long-document encoders side by side.
 
 Legend: b batch, n tokens, e hidden size, v vocabulary.
 
@@ -165,7 +165,7 @@ def child_main(argv: list[str]) -> dict:
     case = json.loads(argv[0])
     import torch
 
-    from nystrom_lab.bench.common import peak_memory_mb
+    from nystrom_lab.bench.measure import peak_memory_mb
 
     if case.get("threads"):
         torch.set_num_threads(case["threads"])

@@ -42,7 +42,7 @@ def gemm_rate(size: dict, *, n: int, device: str = "cpu") -> float:
 
     from nystrom.functional.dense import dense, fuses
     from nystrom.model.layers import FFN_BLOCK_BYTES
-    from nystrom_lab.bench.common import median_time_ms
+    from nystrom_lab.bench.measure import median_time_ms
 
     e, f = size["hidden"], size["ffn"]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -84,7 +84,7 @@ def run(
 
     from tqdm import tqdm
 
-    from nystrom_lab.bench.common import machine_info, run_child
+    from nystrom_lab.bench.measure import machine_info, run_child
 
     bad = sorted(set(models) - set(ALL_MODELS)) + sorted(set(modes) - set(MODES))
     if bad or size not in SIZES:

@@ -12,7 +12,7 @@ projection, the per-head core, one output projection; dropout 0, no conv skip):
 softmax, @V; ``sdpa`` is our fused exact ``softmax`` variant (PyTorch SDPA); the others come from
 :data:`nystrom.attention.REGISTRY` at the paper's sizes. Each (method, n) case runs in a fresh process,
 forked from one worker that imported torch once (:mod:`nystrom_lab.bench.forkserver`; ``fresh_process``:
-a new interpreter per case, :func:`nystrom_lab.bench.common.run_child`, seconds slower a case); the first
+a new interpreter per case, :func:`nystrom_lab.bench.measure.run_child`, seconds slower a case); the first
 call measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
 ``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights; then
 the median of ``repeats`` timed calls. One case, its modules and its measurement:
@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 
 from nystrom_lab.bench import table1_external
-from nystrom_lab.bench.common import machine_info, replace_section, run_child
 from nystrom_lab.bench.forkserver import CaseServer
+from nystrom_lab.bench.measure import machine_info, replace_section, run_child
 from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the tests and callers import them here)
     DTYPES,
     EXACT,

@@ -21,7 +21,7 @@ import torch
 
 from nystrom.attention import REGISTRY, AttentionBase
 from nystrom_lab.bench import table1_external as external
-from nystrom_lab.bench.common import median_time_ms, peak_memory_mb
+from nystrom_lab.bench.measure import median_time_ms, peak_memory_mb
 from nystrom_lab.bench.table1_report import METHODS
 
 EXACT = ("transformer", "sdpa")

@@ -11,7 +11,7 @@ interleaved rounds (each round calls every implementation once, in a rotated ord
 2048² GEMM for the floor), so slow spells of the machine hit all of them alike. A figure is the median
 over rounds; its spread is (max − min) / median; a speed-up is the median of the per-round ratios.
 Memory: one more fresh process per (implementation, regime, n) measures the peak resident memory of
-its first forward + backward (see ``common.peak_memory_mb``). ``quick=True`` runs everything in this
+its first forward + backward (see ``measure.peak_memory_mb``). ``quick=True`` runs everything in this
 process at toy sizes: a smoke test, not a measurement.
 """
 
@@ -29,7 +29,8 @@ from torch import nn
 
 from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom_lab.bench.attention import _hf_module, _lucid_module
-from nystrom_lab.bench.common import (
+from nystrom_lab.bench.listops_step import listops_step
+from nystrom_lab.bench.measure import (
     allocator_info,
     machine_info,
     malloc_env,
@@ -37,7 +38,6 @@ from nystrom_lab.bench.common import (
     replace_section,
     run_child,
 )
-from nystrom_lab.bench.listops_step import listops_step
 from nystrom_lab.bench.training_report import QUICK, REGIMES, plot, report
 
 IMPLS = ("nystrom", "nystrom-recompute", "hf", "lucidrains", "sdpa")

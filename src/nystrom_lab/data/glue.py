@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from nystrom_lab.data.files import DataFileError, decode_text_file
-from nystrom_lab.data.names import FINETUNE_TASKS
+from nystrom_lab.data.constants import FINETUNE_TASKS
+from nystrom_lab.data.file_checks import DataFileError, decode_text_file
 from nystrom_lab.data.text import TextTokenizer
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nystrom_lab.data.files import DataFileError, decode_text_file, utf8_lines
+from nystrom_lab.data.file_checks import DataFileError, decode_text_file, utf8_lines
 
 DOC_MODES = ("blank", "file")
 CACHE_VERSION = 1

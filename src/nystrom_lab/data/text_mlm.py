@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from nystrom_lab.data.names import MASK_PROB, SPLIT_SALT
+from nystrom_lab.data.constants import MASK_PROB, SPLIT_SALT
 from nystrom_lab.data.text import TextTokenizer, TokenizedCorpus
 from nystrom_lab.data.text_pretrain import mask_tokens, split_documents
 

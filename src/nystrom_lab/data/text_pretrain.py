@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from nystrom_lab.data.names import MASK_PROB, SHORT_SEQ_PROB, SPLIT_SALT
+from nystrom_lab.data.constants import MASK_PROB, SHORT_SEQ_PROB, SPLIT_SALT
 from nystrom_lab.data.text import TextTokenizer, TokenizedCorpus
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nystrom_lab.data.records import median_step_s, read_metrics
 from nystrom_lab.docs.block import Block
-from nystrom_lab.docs.data import read_json, read_jsonl
-from nystrom_lab.text.curves import curves_of, curves_table, median_step_time
+from nystrom_lab.docs.data import read_json
+from nystrom_lab.text.curves import curves_of, curves_table
 
 DOC = "docs/results.md"
 STEP = ("docs/bench_training.json", "docs/bench_training_cached.json")
@@ -39,9 +40,9 @@ def listops_step(default: Path, cached: Path) -> str:
 
 
 def run_step_time(metrics: Path) -> str:
-    """The median seconds per step a training log recorded (evaluation intervals left out)."""
-    train = [r for r in read_jsonl(metrics) if r["split"] == "train"]
-    return f"{median_step_time(train):.2f} s"
+    """The median seconds per step a training log recorded (pauses and resumed clocks left out)."""
+    train = [r for r in read_metrics(metrics) if r["split"] == "train"]
+    return f"{median_step_s(train):.2f} s"
 
 
 def ours(nys: Path, soft: Path, pathfinder: Path) -> str:
@@ -61,7 +62,7 @@ def ours(nys: Path, soft: Path, pathfinder: Path) -> str:
 
 def listops_curve(metrics: Path) -> str:
     """Per dev evaluation: the mean train loss over the steps since the one before, dev accuracy and loss."""
-    recs = read_jsonl(metrics)
+    recs = read_metrics(metrics)
     train, dev = [r for r in recs if r["split"] == "train"], [r for r in recs if r["split"] == "dev"]
     every = dev[1]["step"] - dev[0]["step"]
     out = [
@@ -87,7 +88,7 @@ def plateau(*files: Path) -> str:
     out = ["| run | init | lr | steps run | best dev % | log |", "|---|---|---|---:|---:|---|"]
     for what, init, folder, tested in PLATEAU:
         run = next(path for key, path in given.items() if key.endswith(folder))
-        recs = read_jsonl(run / "metrics.jsonl")
+        recs = read_metrics(run / "metrics.jsonl")
         steps = max(r["step"] for r in recs if r["split"] == "train")
         best = max(r["accuracy"] for r in recs if r["split"] == "dev")
         test = f" (test {100 * read_json(run / 'results.json')['test']['accuracy']:.2f})" if tested else ""
@@ -99,7 +100,7 @@ def plateau(*files: Path) -> str:
 def fig6(nystrom: Path, softmax: Path) -> str:
     """Dev MLM / SOP accuracy of the Figure-6-style runs from MiniLM (their committed logs)."""
     curves = {
-        name: curves_of([r for r in read_jsonl(p) if r["split"] == "dev"])
+        name: curves_of([r for r in read_metrics(p) if r["split"] == "dev"])
         for name, p in (("nystrom-64", nystrom), ("softmax", softmax))
     }
     return curves_table(curves)

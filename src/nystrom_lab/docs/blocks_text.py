@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nystrom_lab.data.records import median_step_s, read_metrics
 from nystrom_lab.docs.block import Block
-from nystrom_lab.docs.data import dev_records, percent, read_json, read_jsonl
+from nystrom_lab.docs.data import dev_records, percent, read_json
 from nystrom_lab.long_context import genre
 from nystrom_lab.long_context.experiment import ORDER
 from nystrom_lab.long_context.report import table as long_context_table
-from nystrom_lab.text.curves import curves_of, curves_table, dev_summary, median_step_time
+from nystrom_lab.text.curves import curves_of, curves_table, dev_summary
 
 SCRATCH, NOCONV, WARMUP = (
     "experiments/fig5-scratch",
@@ -56,9 +57,9 @@ def fig5_scratch(results: Path, ablation_log: Path, ablation_config: Path) -> st
     for v, s in variants.items():
         final = percent(s["final_mlm_accuracy"], 2)
         out.append(_row(LABELS.get(v, v), s, str(s["steps"]), f"**{final}**" if v == best else final, v))
-    recs = read_jsonl(ablation_log)
+    recs = read_metrics(ablation_log)
     train = [r for r in recs if r["split"] == "train"]
-    s = {**dev_summary([r for r in recs if r["split"] == "dev"]), "median_step_s": median_step_time(train)}
+    s = {**dev_summary([r for r in recs if r["split"] == "dev"]), "median_step_s": median_step_s(train)}
     steps = f"{max(r['step'] for r in train)} of {read_json(ablation_config)['steps']}"
     final = f"{percent(s['final_mlm_accuracy'], 2)} (at {s['final_dev_step']})"
     out.append(_row("*ablation:* nystrom-64 without conv", s, steps, final, "ablation"))
@@ -111,7 +112,7 @@ def fidelity(results: Path) -> str:
 
 
 def positions(results: Path) -> str:
-    """Issue #37's screen and equal-budget runs (the experiment's own tables)."""
+    """The position-schemes experiment's screen and equal-budget runs (the experiment's own tables)."""
     from nystrom_lab.long_context.positions_report import tables
 
     return tables(read_json(results)).rstrip("\n")

@@ -1,11 +1,14 @@
 """Readers of the committed data files the docs are rendered from (standard library only: rendering must
-not wait for torch, so the test that compares docs with data stays fast)."""
+not wait for torch, so the test that compares docs with data stays fast); training logs are read by
+:func:`nystrom_lab.data.records.read_metrics`."""
 
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
+
+from nystrom_lab.data.records import read_metrics
 
 
 def _value(text: str) -> int | float | str:
@@ -30,14 +33,9 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a ``metrics.jsonl`` training log."""
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
-
-
 def dev_records(path: Path) -> list[dict]:
     """The dev evaluations of a training log, in step order."""
-    return [r for r in read_jsonl(path) if r.get("split") == "dev"]
+    return [r for r in read_metrics(path) if r.get("split") == "dev"]
 
 
 def percent(x: float, digits: int = 1) -> str:

@@ -1,7 +1,7 @@
 """The GPU run committed in docs/gpu/ (``scripts/gpu_bench_commit.sh``: one run at a time), read as numbers:
 its machine and commit, its stages, the attention modules' and whole models' times. The GPU blocks
 (:mod:`nystrom_lab.docs.blocks_gpu`, :mod:`nystrom_lab.docs.blocks_gpu_text`), the README's figure
-(:mod:`nystrom_lab.docs.wins`) and the tests read the run through these functions.
+(:mod:`nystrom_lab.docs.where_nystrom_wins`) and the tests read the run through these functions.
 
 Legend: n tokens; *SDPA* PyTorch's fused exact attention; a *speed-up* is SDPA's ms ÷ ours (> 1: ours faster).
 """

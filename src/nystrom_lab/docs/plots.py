@@ -1,6 +1,6 @@
 """``nystrom docs render --plots``: redraw the docs' figures that are drawn from data files, with the
 benchmarks' own plot functions, so a figure cannot show another run than the table beside it (and the
-README's opening figure, :mod:`nystrom_lab.docs.wins`).
+README's opening figure, :mod:`nystrom_lab.docs.where_nystrom_wins`).
 
 Not redrawn: figures computed from tensors (``approx_attention_maps.png``: Figure 3 needs the MiniLM run)
 and the training curves of experiments/ (each run draws its own).
@@ -11,14 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from nystrom_lab.bench import approx_report, models_report, table1_report, training_report
-from nystrom_lab.docs import wins
+from nystrom_lab.docs import where_nystrom_wins
 from nystrom_lab.docs.data import read_csv, read_json
 from nystrom_lab.docs.gpu_run import TABLES
 
 
 def whole_models(root: Path) -> Path:
-    """docs/bench_models.png: the runs of the two tables below it in docs/benchmarks.md (session 12's
-    inference run, session 11's training steps)."""
+    """docs/bench_models.png: the runs of the two tables below it in docs/benchmarks.md (the inference run
+    after the fused linears, the 3-round training steps before them)."""
     inference = read_json(root / "docs/bench_inference/bench_models.json")
     training = read_json(root / "docs/bench_models.json")
     merged = {
@@ -51,4 +51,4 @@ def draw(root: Path) -> list[Path]:
         data = root / TABLES[table]  # the GPU run's bf16 tables (docs/benchmarks.md, "On a GPU")
         table1_report.plot(read_csv(data), read_json(data.with_suffix(".json")), docs / png)
         drawn.append(docs / png)
-    return [*drawn, whole_models(root), wins.draw(root)]
+    return [*drawn, whole_models(root), where_nystrom_wins.draw(root)]

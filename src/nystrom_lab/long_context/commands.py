@@ -3,7 +3,7 @@ its report (:mod:`nystrom_lab.long_context.experiment`, :mod:`nystrom_lab.long_c
 
 from __future__ import annotations
 
-from nystrom_lab.long_context.experiment import ORDER, VARIANTS, LongContextRun, train_variant, write_settings
+from nystrom_lab.long_context.experiment import ORDER, VARIANTS, LongContextRun, train_variant
 
 
 def cmd_long_context(args) -> int:
@@ -11,7 +11,7 @@ def cmd_long_context(args) -> int:
 
     run = LongContextRun(corpus=tuple(args.corpus), out=args.out, variants=tuple(args.variants), steps=args.steps,
                          seed=args.seed)  # fmt: skip
-    write_settings(run)
+    run.write_settings()
     if not args.report_only:
         for variant in run.variants:
             train_variant(run, variant, progress=not args.no_progress, device=args.device)

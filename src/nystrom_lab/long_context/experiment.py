@@ -1,4 +1,4 @@
-"""``nystrom pretrain long-context``: the long-context experiment (issue #25), from real pretrained weights.
+"""``nystrom pretrain long-context``: the long-context experiment, from real pretrained weights.
 
 Legend: N long length (4096), W window length (512), m landmarks.
 
@@ -20,13 +20,11 @@ variants are skipped when the command is run again.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from nystrom_lab.long_context.run import LongRun
 
 #: variant -> (attention spec of the converted model, training length); Nyström: NystromAttention's default
 #: landmarks with the text commands' conv kernel (nystrom_lab.text.presets), as `nystrom convert long` gives
@@ -39,22 +37,10 @@ ORDER = ("softmax-4096", "nystrom-4096", "window-512")  # the slowest first
 
 
 @dataclass(frozen=True)
-class LongContextRun:
-    """Options of the experiment; every variant gets the same ones (its batch holds ``tokens_per_step``)."""
+class LongContextRun(LongRun):
+    """Options of the experiment (:class:`~nystrom_lab.long_context.run.LongRun`'s) and its variants."""
 
-    corpus: tuple[str, ...]
-    out: Path = Path("experiments/long-context")
     variants: tuple[str, ...] = ORDER
-    long_length: int = 4096
-    steps: int = 200
-    tokens_per_step: int = 4 * 4096
-    lr: float = 1e-4
-    warmup: int = 20
-    eval_every: int = 25
-    dev_fraction: float = 0.05
-    dupe_factor: int = 10
-    precision: str = "bf16"
-    seed: int = 0
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.variants) - set(VARIANTS))
@@ -67,31 +53,8 @@ class LongContextRun:
                     f"tokens_per_step ({self.tokens_per_step}) must be a multiple of {name}'s {length}"
                 )
 
-    @classmethod
-    def from_record(cls, data: dict) -> LongContextRun:
-        """The run :func:`record` describes (JSON lists back to tuples, the folder to a Path)."""
-        return cls(**{**data, "out": Path(data["out"]), "corpus": tuple(data["corpus"]),
-                      "variants": tuple(data["variants"])})  # fmt: skip
-
     def length(self, variant: str) -> int:
         return self.long_length if VARIANTS[variant][1] != 512 else 512
-
-    def model_dir(self, variant: str) -> Path:
-        return self.out / "models" / variant
-
-    def pretrain_args(self, variant: str, *, device: str = "auto") -> list[str]:
-        """The ``nystrom pretrain`` arguments that train ``variant`` on ``device``."""
-        length = self.length(variant)
-        return [
-            "pretrain", "--init-from", str(self.model_dir(variant)), "--objective", "mlm",
-            "--corpus", *self.corpus, "--out", str(self.out / variant),
-            "--max-length", str(length), "--reference-length", str(self.long_length),
-            "--batch-size", str(self.tokens_per_step // length), "--steps", str(self.steps),
-            "--lr", str(self.lr), "--warmup", str(self.warmup), "--eval-every", str(self.eval_every),
-            "--eval-batches", "100000", "--eval-at-start", "--dev-fraction", str(self.dev_fraction),
-            "--dupe-factor", str(self.dupe_factor), "--precision", self.precision, "--seed", str(self.seed),
-            "--device", device,
-        ]  # fmt: skip
 
 
 def minilm_mlm(seed: int):
@@ -142,17 +105,4 @@ def train_variant(run: LongContextRun, variant: str, *, progress: bool = True, d
     if (run.out / variant / "results.json").is_file():
         return
     prepare_model(run, variant)
-    cmd = [sys.executable, "-m", "nystrom_lab.cli", *run.pretrain_args(variant, device=device)]
-    if not progress:
-        cmd.append("--no-progress")
-    print(f"[long-context] {variant}: {' '.join(cmd[3:])}", flush=True)
-    subprocess.run(cmd, check=True)
-
-
-def record(run: LongContextRun) -> dict:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(run).items()}
-
-
-def write_settings(run: LongContextRun) -> None:
-    run.out.mkdir(parents=True, exist_ok=True)
-    (run.out / "settings.json").write_text(json.dumps(record(run), indent=2, sort_keys=True) + "\n")
+    run.train_in_child(variant, progress=progress, device=device)

@@ -1,4 +1,4 @@
-"""``nystrom pretrain long-positions``: long models as good as their 512-token source (issue #37).
+"""``nystrom pretrain long-positions``: long models as good as their 512-token source.
 
 Legend: L source length (512), N long length (4096), m landmarks.
 
@@ -21,14 +21,13 @@ Results: ``OUT/results.json`` (``step0``, ``variants``, ``genre``), ``OUT/result
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from nystrom_lab.long_context.run import LongRun
 
 #: scheme name -> (to_long's positions, alpha)
 SCHEMES: dict[str, tuple[str, float | None]] = {
@@ -74,23 +73,15 @@ def split_variant(name: str) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class PositionsRun:
-    """Options of the experiment; every trained variant gets the same tokens, rate and schedule."""
+class PositionsRun(LongRun):
+    """Options of the experiment (:class:`~nystrom_lab.long_context.run.LongRun`'s, with the source's length
+    and steps); every trained variant gets the same tokens, rate and schedule."""
 
-    corpus: tuple[str, ...]
+    TAG: ClassVar[str] = "long-positions"
+
     out: Path = Path("experiments/long-context/positions")
     source_length: int = 512
-    long_length: int = 4096
     source_steps: int = 300
-    steps: int = 200
-    tokens_per_step: int = 4 * 4096
-    lr: float = 1e-4
-    warmup: int = 20
-    eval_every: int = 25
-    dev_fraction: float = 0.05
-    dupe_factor: int = 10
-    precision: str = "bf16"
-    seed: int = 0
     train_variants: tuple[str, ...] = ()  # empty: copy-nystrom + the two best screened Nyström variants
 
     def __post_init__(self) -> None:
@@ -101,14 +92,6 @@ class PositionsRun:
             if self.tokens_per_step % length:
                 raise ValueError(f"tokens_per_step ({self.tokens_per_step}) must be a multiple of {length}")
 
-    @classmethod
-    def from_record(cls, data: dict) -> PositionsRun:
-        tuples = {k: tuple(data[k]) for k in ("corpus", "train_variants") if k in data}
-        return cls(**{**data, **tuples, "out": Path(data["out"])})
-
-    def record(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
-
     def length(self, variant: str) -> int:
         return self.source_length if variant in (SOURCE, CONTINUED) else self.long_length
 
@@ -118,24 +101,17 @@ class PositionsRun:
             return self.out / SOURCE / "model"
         return self.out / "models" / ("source-start" if variant == SOURCE else variant)
 
-    def pretrain_args(self, variant: str, *, device: str = "auto") -> list[str]:
-        """The ``nystrom pretrain`` arguments that train ``variant``."""
-        length, source = self.length(variant), variant == SOURCE
-        args = [
-            "pretrain", "--init-from", str(self.model_dir(variant)), "--objective", "mlm",
-            "--corpus", *self.corpus, "--out", str(self.out / variant), "--max-length", str(length),
-            "--reference-length", str(self.long_length), "--batch-size", str(self.tokens_per_step // length),
-            "--steps", str(self.source_steps if source else self.steps), "--lr", str(self.lr),
-            "--warmup", str(self.warmup), "--eval-every", str(self.eval_every), "--eval-batches", "100000",
-            "--eval-at-start", "--dev-fraction", str(self.dev_fraction), "--dupe-factor", str(self.dupe_factor),
-            "--precision", self.precision, "--device", device,
-        ]  # fmt: skip
-        if source:
-            return [*args, "--seed", str(self.seed)]
-        args += ["--seed", str(self.seed + 1), "--dev-seed", str(self.seed)]
+    def variant_steps(self, variant: str) -> int:
+        return self.source_steps if variant == SOURCE else self.steps
+
+    def seed_args(self, variant: str) -> list[str]:
+        """The source draws from ``seed``; a continued run from ``seed + 1`` with the source's dev masks, and
+        a converted one trains its new parameters at :data:`NEW_LR_SCALE` × the rate."""
+        if variant == SOURCE:
+            return ["--seed", str(self.seed)]
+        args = ["--seed", str(self.seed + 1), "--dev-seed", str(self.seed)]
         if variant != CONTINUED:
-            scale = [f"{glob}={NEW_LR_SCALE:g}" for glob in self.new_params(variant)]
-            args += ["--lr-scale", *scale]
+            args += ["--lr-scale", *(f"{glob}={NEW_LR_SCALE:g}" for glob in self.new_params(variant))]
         return args
 
     def new_params(self, variant: str) -> tuple[str, ...]:
@@ -220,17 +196,13 @@ def train_variant(
         if not (run.model_dir(variant) / "config.json").is_file():
             train_variant(run, SOURCE, weights=True, progress=progress, device=device)
         prepare_variant(run, variant)
-    cmd = [sys.executable, "-m", "nystrom_lab.cli", *run.pretrain_args(variant, device=device)]
-    if not progress:
-        cmd.append("--no-progress")
-    print(f"[long-positions] {variant}: {' '.join(cmd[3:])}", flush=True)
-    subprocess.run(cmd, check=True)
+    run.train_in_child(variant, progress=progress, device=device)
 
 
 def chosen_variants(run: PositionsRun, step0: dict[str, dict]) -> tuple[str, ...]:
     """What equal-budget training runs, in this order: the screened Nyström variant best at step 0 (overall
     dev MLM accuracy; ``copy-nystrom`` aside), ``window-512-continued``, the second best, ``copy-nystrom``
-    (the comparison that decides the issue first, today's recipe last); ``run.train_variants`` if given."""
+    (the comparison that decides the experiment first, today's recipe last); ``run.train_variants`` if given."""
     if run.train_variants:
         return run.train_variants
     screened = [v for v in step0 if v in _screened() and v != BASELINE_LONG]
@@ -242,8 +214,3 @@ def chosen_variants(run: PositionsRun, step0: dict[str, dict]) -> tuple[str, ...
 
 def _screened() -> tuple[str, ...]:
     return tuple(variant_name(s, a) for s in SCHEMES for a in ATTENTIONS)
-
-
-def write_settings(run: PositionsRun) -> None:
-    run.out.mkdir(parents=True, exist_ok=True)
-    (run.out / "settings.json").write_text(json.dumps(run.record(), indent=2, sort_keys=True) + "\n")

@@ -1,5 +1,5 @@
 """``nystrom pretrain long-positions``: the source, the step-0 screen, equal-budget training and the report of
-issue #37's experiment (:mod:`nystrom_lab.long_context.positions`), each stage resumable."""
+the position-schemes experiment (:mod:`nystrom_lab.long_context.positions`), each stage resumable."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ def cmd_long_positions(args) -> int:
         PositionsRun,
         chosen_variants,
         train_variant,
-        write_settings,
     )
     from nystrom_lab.long_context.positions_screen import screen
 
     run = PositionsRun(corpus=tuple(args.corpus), out=args.out, steps=args.steps, source_steps=args.source_steps,
                        train_variants=tuple(args.variants or ()), seed=args.seed)  # fmt: skip
-    write_settings(run)
+    run.write_settings()
     stages = STAGES[:4] if "all" in args.stages else args.stages
     if "genre" in stages and args.genres is None:
         from nystrom_lab.argtypes import UsageError
@@ -67,7 +66,7 @@ def register(sub) -> None:
     d = positions.PositionsRun(corpus=("unused",))
     c = sub.add_parser(
         "long-positions", help="long models as good as their 512-token source: position schemes, step-0 screen,"
-        " equal-budget training (issue #37)",
+        " equal-budget training",
         description=positions.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     c.add_argument("--corpus", type=corpus, nargs="+", required=True, help="e.g. data/brown/brown.txt")

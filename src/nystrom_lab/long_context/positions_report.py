@@ -1,6 +1,6 @@
 """The report of ``nystrom pretrain long-positions``: ``results.json``, ``results.md`` and the figures.
 
-``results.json`` (issue #37's layout):
+``results.json``:
 
 - ``step0.{variant}.{mlm_acc, mlm_acc_by_bucket, mlm_loss}``: the screen (``source-512``: the source on
   512-token windows of the same dev tokens);
@@ -30,8 +30,8 @@ from nystrom_lab.long_context.positions import (
 )
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen, screened_variants
 from nystrom_lab.long_context.positions_targets import targets, targets_table
-from nystrom_lab.long_context.probe import probe_child
-from nystrom_lab.long_context.report import _machine, summarise
+from nystrom_lab.long_context.probe import probe_in_child
+from nystrom_lab.long_context.report import machine, summarise
 
 
 def trained(run: PositionsRun) -> list[str]:
@@ -55,12 +55,6 @@ def describe(run: PositionsRun, variant: str) -> dict:
         "attention": attention_spec(attention, scale=log_scale(run, attention)),
         "positions": positions if alpha is None else f"{positions}, alpha {alpha}",
     }
-
-
-def probe_in_child(run: PositionsRun, variant: str) -> dict:
-    """Training-step time and peak memory of ``variant`` (:func:`nystrom_lab.long_context.probe.probe`) in a
-    fresh interpreter, so the peak is the variant's own; ``window-512-continued`` probes the source model."""
-    return probe_child("nystrom_lab.long_context.positions:PositionsRun", run.record(), variant)
 
 
 def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None = None) -> dict:
@@ -91,7 +85,7 @@ def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None =
         v["peak_mem_mb"] = v["probe"]["peak_mem_mb"] if v["probe"] else None
         report["variants"][variant] = v
     report["targets"] = targets(report)
-    report["machine"] = _machine()
+    report["machine"] = machine()
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     if report["variants"]:
         plot_curves(run, report["variants"], run.out / "curves.png")

@@ -1,5 +1,5 @@
 """Training-step time and peak memory of a long-context variant (:func:`probe`), measured in a fresh
-interpreter (:func:`probe_child`) so that the peak is the variant's alone; used by the reports of
+interpreter (:func:`probe_in_child`) so that the peak is the variant's alone; used by the reports of
 ``nystrom pretrain long-context`` and ``long-positions``.
 
 Legend: b batch, n tokens (the variant's length).
@@ -14,11 +14,11 @@ import subprocess
 import sys
 import time
 
-from nystrom_lab.long_context.experiment import LongContextRun, record
+from nystrom_lab.long_context.run import LongRun
 
 
 def probe(
-    run: LongContextRun, variant: str, *, steps: int = 3, recompute: bool = False, device: str = "auto"
+    run: LongRun, variant: str, *, steps: int = 3, recompute: bool = False, device: str = "auto"
 ) -> dict:
     """Training-step time and peak memory of ``variant`` at its batch, in this (fresh) process: random
     tokens, 15 % of positions predicted, AdamW, under the run's precision, on ``device`` (``auto``: CUDA when
@@ -80,25 +80,18 @@ def _with_recompute(spec: dict, recompute: bool) -> dict:
     return {**spec, "recompute": recompute} if offered else spec
 
 
-def probe_child(run_class: str, record: dict, variant: str, *, recompute: bool = False) -> dict:
-    """:func:`probe` of the run ``run_class`` (``module:Class`` with ``from_record``) in a new interpreter,
-    so that its peak memory is the variant's alone; a failure raises with the child's traceback."""
-    module, cls = run_class.split(":")
+def probe_in_child(run: LongRun, variant: str, *, recompute: bool = False) -> dict:
+    """:func:`probe` of ``variant`` of ``run`` (rebuilt from its record) in a new interpreter, so that its peak
+    memory is the variant's alone; a failure raises with the child's traceback."""
+    module, cls = type(run).__module__, type(run).__qualname__
     code = (
         f"import json, sys; from {module} import {cls};"
         "from nystrom_lab.long_context.probe import probe;"
         f"print(json.dumps(probe({cls}.from_record(json.loads(sys.argv[1])), sys.argv[2],"
         " recompute=sys.argv[3] == '1')))"
     )
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(record), variant, "1" if recompute else "0"],
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(run.record()), variant, "1" if recompute else "0"],
                           capture_output=True, text=True)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"the probe of {variant} failed:\n{done.stderr.strip()[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def probe_in_child(run: LongContextRun, variant: str, *, recompute: bool = False) -> dict:
-    """:func:`probe` in a new interpreter (:func:`probe_child`)."""
-    return probe_child(
-        "nystrom_lab.long_context.experiment:LongContextRun", record(run), variant, recompute=recompute
-    )

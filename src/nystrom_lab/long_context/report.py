@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 from pathlib import Path
 
-from nystrom_lab.long_context.experiment import VARIANTS, LongContextRun, record
+from nystrom_lab.data.records import METRICS_LOG, environment, median_step_s, read_metrics
+from nystrom_lab.long_context.experiment import VARIANTS, LongContextRun
 from nystrom_lab.long_context.probe import probe_in_child
 
 _PREFIX = "mlm_accuracy@"
@@ -36,27 +36,10 @@ def _by_bucket(rec: dict, metric: str) -> dict[str, float]:
     return {_bucket_label(k): rec[k] for k in keys}
 
 
-def read_log(path: Path) -> list[dict]:
-    return (
-        [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
-    )
-
-
-def median_step_s(train: list[dict], eval_steps: set[int]) -> float | None:
-    """Median seconds per step over logged intervals holding no evaluation or checkpoint (those run after
-    the step that triggers them and land in the next interval)."""
-    per_step, prev = [], None
-    for rec in train:
-        if prev is not None and not any(prev["step"] <= e < rec["step"] for e in eval_steps):
-            per_step.append((rec["time"] - prev["time"]) / (rec["step"] - prev["step"]))
-        prev = rec
-    return statistics.median(per_step) if per_step else None
-
-
 def summarise(run: LongContextRun, variant: str) -> dict:
     """One variant's figures from its metrics log (empty dict when it has not started)."""
     folder = run.out / variant
-    recs = read_log(folder / "metrics.jsonl")
+    recs = read_metrics(folder / METRICS_LOG, missing_ok=True)
     dev = [r for r in recs if r["split"] == "dev"]
     train = [r for r in recs if r["split"] == "train"]
     if not dev:
@@ -77,7 +60,7 @@ def summarise(run: LongContextRun, variant: str) -> dict:
         "curves": {"step": [r["step"] for r in dev], "mlm_acc": [r["mlm_accuracy"] for r in dev],
                    "mlm_loss": [r["mlm_loss"] for r in dev]},
         "tokens_seen": steps * run.tokens_per_step,  # every piece is full but one per epoch (< 0.1 % short)
-        "median_step_s": median_step_s(train, {r["step"] for r in dev}),
+        "median_step_s": median_step_s(train, eval_steps={r["step"] for r in dev}),
     }  # fmt: skip
     return out
 
@@ -195,7 +178,7 @@ def write_report(run: LongContextRun, *, probes: bool = True, with_fidelity: boo
     and fidelity already in an earlier results.json are kept unless recomputed."""
     path = run.out / "results.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
-    report = {"settings": record(run), "variants": {}, "fidelity": old.get("fidelity")}
+    report = {"settings": run.record(), "variants": {}, "fidelity": old.get("fidelity")}
     for variant in run.variants:
         v = summarise(run, variant)
         if v:
@@ -208,20 +191,14 @@ def write_report(run: LongContextRun, *, probes: bool = True, with_fidelity: boo
         report["variants"][variant] = v
     if with_fidelity:
         report["fidelity"] = fidelity(run)
-    report["machine"] = _machine()
+    report["machine"] = machine()
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     plot(report, run.out / "curves.png")
     (run.out / "results.md").write_text(table(report))
     return report
 
 
-def _machine() -> dict:
-    import platform
-
-    import torch
-    import transformers
-
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").is_file() else platform.processor()  # fmt: skip
-    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version()}  # fmt: skip
+def machine() -> dict:
+    """The machine and versions a long-context report records."""
+    env = environment("transformers")
+    return {k: env[k] for k in ("cpu", "threads", "torch", "transformers", "python")}

@@ -3,19 +3,18 @@ report, ``nystrom plot-runs`` and the rendered docs tables show. Reads files onl
 
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
+
+from nystrom_lab.data.records import METRICS_LOG, read_metrics
 
 METRICS = ("mlm_accuracy", "sop_accuracy")
 
 
 def dev_curves(run: Path) -> dict[str, list[tuple[int, float]]]:
     """``{metric: [(step, value), ...]}`` of the dev evaluations in ``run/metrics.jsonl``."""
-    path = Path(run) / "metrics.jsonl"
+    path = Path(run) / METRICS_LOG
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: is {run} a `nystrom pretrain` output folder?")
-    from nystrom_lab.training.logging import read_metrics
-
     dev = [r for r in read_metrics(path) if r["split"] == "dev"]
     if not dev:
         raise ValueError(f"{path} holds no dev evaluation yet")
@@ -53,17 +52,6 @@ def wall_time(train_records: list[dict]) -> float:
             total += prev
         prev = t
     return total + prev
-
-
-def median_step_time(train_records: list[dict]) -> float | None:
-    """Median seconds per optimiser step between consecutive train logs of one segment: unlike the wall
-    time, robust to pauses (a suspended run, evaluations, a machine shared for a while)."""
-    rates = [
-        (b["time"] - a["time"]) / (b["step"] - a["step"])
-        for a, b in zip(train_records, train_records[1:])
-        if b["step"] > a["step"] and b["time"] > a["time"]  # a resumed segment restarts its clock
-    ]
-    return statistics.median(rates) if rates else None
 
 
 def dev_summary(dev: list[dict]) -> dict:

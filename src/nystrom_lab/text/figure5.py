@@ -5,7 +5,6 @@ every attention variant the same way and reports them together (:func:`run_figur
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -13,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nystrom_lab import attention_spec
-from nystrom_lab.data.names import DUPE_FACTOR
+from nystrom_lab.data.constants import DUPE_FACTOR
+from nystrom_lab.data.records import METRICS_LOG, describe_file, median_step_s, options_record, read_metrics
 from nystrom_lab.text.curves import (
     METRICS,
     curves_table,
     dev_curves,
     dev_summary,
-    median_step_time,
     wall_time,
 )
 from nystrom_lab.text.presets import FIG5_VARIANTS
@@ -184,16 +183,13 @@ def summarize(run: PretrainRun) -> dict:
     """What ``results.json`` reports of one variant (from its metrics.jsonl; partial runs included)."""
     cfg = run.train_config()
     out: dict = {"attention": run.attention, "run_dir": str(run.out), "target_steps": cfg.steps}
-    path = run.out / "metrics.jsonl"
-    from nystrom_lab.training.logging import read_metrics
-
-    recs = read_metrics(path) if path.is_file() else []
+    recs = read_metrics(run.out / METRICS_LOG, missing_ok=True)
     train_recs = [r for r in recs if r["split"] == "train"]
     dev = [r for r in recs if r["split"] == "dev"]
     steps = max((r["step"] for r in train_recs), default=0)
     out.update(steps=steps, finished=_finished(run), tokens_seen=steps * cfg.batch_size * run.length())
     out["wall_time_s"] = round(wall_time(train_recs), 3)
-    step_s = median_step_time(train_recs)
+    step_s = median_step_s(train_recs)
     out["median_step_s"] = None if step_s is None else round(step_s, 3)
     out.update(dev_summary(dev))
     return out
@@ -203,13 +199,7 @@ def write_report(cr: Figure5Run) -> dict:
     """``out/results.json`` (settings + one summary per variant), ``out/curves.png`` and
     ``out/curves.md`` (dev MLM/SOP accuracy per step, one line per variant with a dev evaluation)."""
     variants = {v: summarize(cr.variant_run(v)) for v in cr.labels()}
-    settings = {
-        k: (str(v) if isinstance(v, Path) else v)
-        for k, v in dataclasses.asdict(cr).items()
-        if k not in ("out", "variants")
-    }
-    from nystrom_lab.data.files import describe_file
-
+    settings = {k: v for k, v in options_record(cr).items() if k not in ("out", "variants")}
     settings.update(corpus=list(cr.corpus), tokenizer=describe_file(cr.tokenizer_path()))
     report = {"experiment": "fig5-scratch", "settings": settings, "variants": variants}
     cr.out.mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``finetune`` and ``predict`` to a top-level ``add_subparsers()``."""
-    from nystrom_lab.data.names import FINETUNE_TASKS
+    from nystrom_lab.data.constants import FINETUNE_TASKS
     from nystrom_lab.text.presets import FINETUNE_PRESETS as FT_PRESETS
 
     f = subparsers.add_parser(

@@ -12,7 +12,6 @@ a small model's cost).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -24,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nystrom.model import NystromformerForPreTraining
-from nystrom_lab.data.files import describe_file
+from nystrom_lab.data.records import describe_file, options_record
 from nystrom_lab.data.text import TextTokenizer, build_token_cache, load_tokenizer, train_wordpiece
 from nystrom_lab.data.text_corpus import resolve_corpus
 from nystrom_lab.data.text_pretrain import PretrainingDataset, collate_pretraining
@@ -198,7 +197,7 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
         task, tok = make_task(run)
     if run.gradient_checkpointing:
         task.model.model.gradient_checkpointing_enable()
-    record = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(run).items()}
+    record = options_record(run)
     record["corpus"] = list(run.corpus)
     record.pop("out")
     # the tokenizer by content and package, not by a machine path (the --tokenizer option's value included)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from nystrom_lab.data.names import DUPE_FACTOR, SHORT_SEQ_PROB
+from nystrom_lab.data.constants import DUPE_FACTOR, SHORT_SEQ_PROB
 from nystrom_lab.text.presets import OBJECTIVES, PRETRAIN_PRESETS, WARMUP_FRACTION
 from nystrom_lab.training.config import TrainConfig
 

@@ -1,9 +1,12 @@
-"""Metrics: a JSONL log (truncated on resume), optional TensorBoard, and a PNG of the curves."""
+"""Metrics: a JSONL log (truncated on resume; read by :func:`nystrom_lab.data.records.read_metrics`),
+optional TensorBoard, and a PNG of the curves."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from nystrom_lab.data.records import METRICS_LOG, read_metrics
 
 
 class MetricsLog:
@@ -11,7 +14,7 @@ class MetricsLog:
 
     def __init__(self, out_dir: Path, *, enabled: bool = True, resume_step: int = 0) -> None:
         """``resume_step``: the checkpoint's step, whose lines up to it are kept; -1 for a fresh run (none kept)."""
-        self.path = Path(out_dir) / "metrics.jsonl"
+        self.path = Path(out_dir) / METRICS_LOG
         self.enabled = enabled
         self.tb = None
         if not enabled:
@@ -43,10 +46,6 @@ class MetricsLog:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
-
-
-def read_metrics(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln]
 
 
 def plot_curves(metrics_path: Path, png_path: Path, *, title: str = "") -> Path:

@@ -14,9 +14,10 @@ import os
 import socket
 import sys
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from nystrom_lab.data.records import environment
 
 RECORD_NAME = "run.json"
 
@@ -27,22 +28,10 @@ def utc_now() -> str:
 
 
 def _versions() -> dict[str, str | None]:
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    import torch
-
     import nystrom
 
-    return {
-        "nystrom": nystrom.__version__,
-        "torch": torch.__version__,
-        "transformers": version("transformers"),
-        "python": sys.version.split()[0],
-    }
+    env = environment("transformers")
+    return {"nystrom": nystrom.__version__, **{k: env[k] for k in ("torch", "transformers", "python")}}
 
 
 def run_record(task: Any, cfg: Any) -> dict:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nystrom_lab.data.files import DataFileError
+from nystrom_lab.data.file_checks import DataFileError
 from nystrom_lab.data.lra.cifar_pickle import load_batch
 from nystrom_lab.data.lra.dataset import PixelDataset
 from nystrom_lab.data.lra.loaders import check_split

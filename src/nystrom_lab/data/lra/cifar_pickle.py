@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nystrom_lab.data.files import DataFileError
+from nystrom_lab.data.file_checks import DataFileError
 
 _INT_CODES = frozenset(f"{k}{n}" for k in "ui" for n in (1, 2, 4, 8))
 _DEFAULT_DTYPE_STATE = (None, None, None, -1, -1, 0)  # names, fields, elsize, alignment, flags (+ metadata)

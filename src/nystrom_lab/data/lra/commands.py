@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from nystrom_lab.argtypes import non_negative_int, output_dir, positive_int
-from nystrom_lab.data.names import DIFFICULTY_DIRS
+from nystrom_lab.data.constants import DIFFICULTY_DIRS
 
 
 def _run_listops(args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from nystrom_lab.data.files import DataFileError, utf8_lines
+from nystrom_lab.data.file_checks import DataFileError, utf8_lines
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"

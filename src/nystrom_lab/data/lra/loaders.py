@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nystrom_lab.data.files import DataFileError
+from nystrom_lab.data.file_checks import DataFileError
 from nystrom_lab.data.lra.dataset import PairDataset, RaggedTokens, SequenceDataset
 from nystrom_lab.data.lra.listops import SPLIT_FILES, read_listops_tsv
 from nystrom_lab.data.lra.tokenize import check_max_length, encode_bytes, encode_listops

@@ -31,12 +31,12 @@ from tokenize import TokenError
 
 import numpy as np
 
-from nystrom_lab.data.files import DataFileError, decode_utf8, path_inside
+from nystrom_lab.data.constants import DIFFICULTY_DIRS
+from nystrom_lab.data.file_checks import DataFileError, decode_utf8, path_inside
 from nystrom_lab.data.lra.dataset import PixelDataset
 from nystrom_lab.data.lra.pathfinder import PathfinderConfig
 from nystrom_lab.data.lra.pathfinder_sample import sample_pathfinder
 from nystrom_lab.data.lra.png import read_png, write_png
-from nystrom_lab.data.names import DIFFICULTY_DIRS
 
 SPLIT_FRACTIONS = {"train": (0.0, 0.8), "dev": (0.8, 0.9), "test": (0.9, 1.0)}  # LRA's tfds slices
 

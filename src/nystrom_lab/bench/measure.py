@@ -1,4 +1,5 @@
-"""Measurement helpers shared by the benchmarks: timing, peak memory, machine facts, GEMM rate.
+"""Measurement helpers shared by the benchmarks: timing, peak memory, machine facts, GEMM rate, the child
+process a case runs in.
 
 Peak memory is the process's resident-set high-water mark (VmHWM) above its level right before the
 measured call; the mark is reset through /proc/self/clear_refs. Callers run each case in a fresh
@@ -22,6 +23,7 @@ from collections.abc import Callable
 import torch
 
 from nystrom_lab.bench.malloc import MALLOC, malloc_env  # noqa: F401 (re-exported)
+from nystrom_lab.data.records import environment
 from nystrom_lab.docs.markers import replace_section  # noqa: F401 (re-exported: the bench writers use it)
 
 CHILD_ENV = {"PYTHONUNBUFFERED": "1"}
@@ -122,30 +124,10 @@ def gemm_gflops(size: int = 2048, repeats: int = 7) -> float:
 
 
 def machine_info() -> dict[str, str]:
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    versions = {"torch": torch.__version__, "python": platform.python_version()}
-    for pkg in ("transformers", "nystrom_attention"):
-        try:
-            from importlib.metadata import version
-
-            versions[pkg] = version(pkg.replace("_", "-"))
-        except Exception:
-            versions[pkg] = "not installed"
-    return {
-        "cpu": cpu,
-        "threads": str(torch.get_num_threads()),
-        "cores": str(os.cpu_count()),
-        "platform": platform.platform(),
-        **versions,
-    }
+    """The machine and versions a benchmark report prints (:func:`nystrom_lab.data.records.environment`, as
+    text: ``"not installed"`` for a missing package)."""
+    env = environment("transformers", "nystrom_attention")
+    return {k: "not installed" if v is None else str(v) for k, v in env.items()}
 
 
 def run_child(module: str, args: list[str], *, timeout_s: float, env: dict[str, str] | None = None) -> dict:

@@ -264,11 +264,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     from nystrom_lab.bench.models_commands import add_options
 
-    add_options(b)  # models: whole long-document encoders, ours vs transformers' (issue #26)
+    add_options(b)  # models: whole long-document encoders, ours vs transformers'
     r = b.add_argument_group("training only")
     r.add_argument(
         "--malloc",
-        choices=tuple(MALLOC),  # bench.common.MALLOC: the one list of modes
+        choices=tuple(MALLOC),  # bench.measure.MALLOC: the one list of modes
         help="the cases' C allocator: system (default: as set up; glibc maps blocks of ≥ 32 MiB fresh, "
         "so their first touch page-faults in every call) or cached (glibc keeps freed memory, as a "
         "caching allocator would); a cached run writes its own json, png and markdown section",

@@ -86,26 +86,3 @@ def path_inside(folder: Path, relative: str, *, source: Path, line: int | None =
             line=line,
         )  # fmt: skip
     return folder / relative
-
-
-def describe_file(path: str | os.PathLike[str]) -> dict[str, object]:
-    """A portable record of an input file for run records: its ``name``, ``bytes`` and ``sha256``, plus
-    ``package`` (``"name==version"``) and ``path`` inside it when the file ships with an installed
-    distribution (the bundled MiniLM tokenizer), else ``path`` relative to the working folder when it lies
-    under it. Never a machine's absolute path: records compare equal across machines and checkouts."""
-    import hashlib
-    import importlib.metadata as md
-
-    p = Path(path).resolve()
-    data = p.read_bytes()
-    out: dict[str, object] = {"name": p.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    parts = p.parts
-    if "site-packages" in parts:
-        inside = parts[parts.index("site-packages") + 1 :]
-        dists = md.packages_distributions().get(inside[0], [])
-        if dists:
-            out["package"] = f"{dists[0]}=={md.version(dists[0])}"
-        out["path"] = "/".join(inside)
-    elif p.is_relative_to(Path.cwd().resolve()):
-        out["path"] = p.relative_to(Path.cwd().resolve()).as_posix()
-    return out
