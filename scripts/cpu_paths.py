@@ -29,7 +29,7 @@ AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 def _child(length: int, rounds: int) -> dict:
     import torch
 
-    from nystrom.functional.onednn import linear_supports
+    from nystrom.layers.onednn import linear_supports
     from nystrom.model import minilm_path, to_long
 
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import sys
 import torch
 
 from nystrom.attention import NystromAttention
-from nystrom.functional.onednn import linear_compute_dtype, linear_supports
+from nystrom.layers.onednn import linear_compute_dtype, linear_supports
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
 
 

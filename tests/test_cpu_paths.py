@@ -1,7 +1,7 @@
 """Every CPU, every dtype: the oneDNN fast path is taken only where this CPU's oneDNN runs the dtype.
 
 Regression for issue #34: on CPUs without AVX-512 (AVX2-only AMD EPYC, laptops), oneDNN has no bf16 inner
-product, and a bf16 ``NystromAttention`` or model crashed in ``functional/dense.py`` ("could not create a
+product, and a bf16 ``NystromAttention`` or model crashed in ``layers/dense.py`` ("could not create a
 primitive descriptor for the inner product forward propagation primitive"). A child process limited to AVX2
 (``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``) runs what such a CPU runs, on any x86 machine.
 """
@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import nystrom.functional.onednn as O
-from nystrom.functional.dense import dense, fuses
+import nystrom.layers.onednn as O
+from nystrom.layers.dense import dense, fuses
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}

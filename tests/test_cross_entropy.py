@@ -1,4 +1,4 @@
-"""The fused linear + cross-entropy (functional/cross_entropy.py) against F.linear + F.cross_entropy."""
+"""The fused linear + cross-entropy (layers/cross_entropy.py) against F.linear + F.cross_entropy."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional import cross_entropy as ce
-from nystrom.functional.cross_entropy import linear_cross_entropy
+from nystrom.layers import cross_entropy as ce
+from nystrom.layers.cross_entropy import linear_cross_entropy
 
 
 def _reference(x, w, b, t, rw):

@@ -1,4 +1,4 @@
-"""Inference linear layers with the activation fused into oneDNN's GEMM (functional/dense.py).
+"""Inference linear layers with the activation fused into oneDNN's GEMM (layers/dense.py).
 
 Legend: r rows, i input width, o output width, b batch, n tokens, e hidden size.
 """
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nystrom.functional.dense import activation, dense, dense_module, fused_dtype, fuses
-from nystrom.functional.onednn import POST_OPS, linear_supports
+from nystrom.layers.dense import activation, dense, dense_module, fused_dtype, fuses
+from nystrom.layers.onednn import POST_OPS, linear_supports
 from nystrom.model import NystromformerConfig, NystromformerModel
 
 onednn = pytest.mark.skipif(
@@ -135,7 +135,7 @@ def test_model_inference_equals_the_aten_path(monkeypatch, attention):
 @pytest.mark.parametrize("autocast", [False, True])
 def test_bfloat16_without_bf16_kernels_computes_in_float32(monkeypatch, autocast):
     """As on an AVX2-only CPU: oneDNN runs fp32 only, so a bf16 linear is an fp32 GEMM rounded to bf16."""
-    import nystrom.functional.onednn as O
+    import nystrom.layers.onednn as O
 
     monkeypatch.setattr(O, "_probed", {torch.float32: True, torch.bfloat16: False})
     seen = []

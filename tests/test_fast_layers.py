@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from nystrom.functional import conv
-from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
-from nystrom.functional.dropout import Dropout, dropout
+from nystrom.layers import conv
+from nystrom.layers.conv import depthwise_seq_conv, depthwise_seq_conv_add_
+from nystrom.layers.dropout import Dropout, dropout
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The blocked feed-forward (functional/ffn.py) and the model's blocked inference FFN against autograd's."""
+"""The blocked feed-forward (layers/ffn.py) and the model's blocked inference FFN against autograd's."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional import ffn
-from nystrom.functional.ffn import feed_forward
+from nystrom.layers import ffn
+from nystrom.layers.ffn import feed_forward
 
 
 def _reference(x, w1, b1, w2, b2, act):

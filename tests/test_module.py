@@ -95,7 +95,7 @@ def test_project_heads_matches_linear_then_split(bias, needs):
     """The fused projection's backward (∂q, ∂k, ∂v used where they lie) equals autograd's."""
     import torch.nn.functional as F
 
-    from nystrom.functional.projection import project_heads, split_heads
+    from nystrom.layers.projection import project_heads, split_heads
 
     torch.manual_seed(0)
     x = torch.randn(2, 11, 24, dtype=torch.double)

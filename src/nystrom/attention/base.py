@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from nystrom.attention.recompute import recompute_attention
-from nystrom.functional.conv import depthwise_seq_conv, depthwise_seq_conv_add_
-from nystrom.functional.dense import dense_module
-from nystrom.functional.dropout import Dropout
-from nystrom.functional.projection import project_heads
+from nystrom.layers.conv import add_conv_skip
+from nystrom.layers.dense import dense_module
+from nystrom.layers.dropout import Dropout
+from nystrom.layers.projection import project_heads
 from nystrom.ops.nystrom.landmarks import shared, shared_landmarks
 from nystrom.utils.checks import (
     check_dtype_matches,
@@ -28,7 +27,6 @@ from nystrom.utils.checks import (
     first_order_only,
     rejects_key_padding_mask,
 )
-from nystrom.utils.device import accelerator_path
 
 
 class AttentionBase(nn.Module):
@@ -174,37 +172,3 @@ def padding(mask: torch.Tensor) -> torch.Tensor:
     """``~mask`` (b, n), True = padding; computed once per forward where the model shares its mask
     (:func:`~nystrom.ops.nystrom.landmarks.shared_landmarks`): every layer zeroes its input and its V with it."""
     return shared(mask, "padding", lambda: ~mask)
-
-
-def add_conv_skip(o: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``o + conv_skip(v, weight)``, o and v (b, h, n, d). Without autograd, eagerly on CPU, the conv is
-    added into ``o`` where o is the core's own fresh result (not sharing memory with v, hence with the
-    q/k/v projection): no (b, h, n, d) conv tensor and no separate add (inference)."""
-    if torch.is_grad_enabled() or torch.compiler.is_compiling() or accelerator_path(v):  # dynamo: no storages
-        # o first: the sum keeps o's (b, n, h, d) layout (SDPA's), so the head merge is a view
-        return o + conv_skip(v, weight)
-    own = (
-        o.dtype == v.dtype
-        and o.shape == v.shape
-        and o.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
-    )
-    return depthwise_seq_conv_add_(o, v, weight) if own else o + conv_skip(v, weight)
-
-
-def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The depthwise conv skip ``Conv2d(h, h, (K, 1), padding=(K // 2, 0), groups=h, bias=False)`` of v.
-
-    v (b, h, n, d), weight (h, 1, K, 1) -> (b, h, n, d) in v's dtype. Eagerly as banded GEMMs
-    (:func:`depthwise_seq_conv`, faster on CPU); traced, as K shifted multiply-adds that the compiler
-    fuses into one loop (the GEMMs' strided views, and inductor's CPU conv2d, would pin n to one value).
-    On the accelerator path, one ``F.conv2d`` (cuDNN's depthwise kernel; it wants a contiguous input).
-    """
-    if accelerator_path(v) and not torch.compiler.is_compiling():
-        h, k = weight.shape[0], weight.shape[2]
-        return F.conv2d(v.contiguous(), weight.to(v.dtype), padding=(k // 2, 0), groups=h)  # (b, h, n, d)
-    if not torch.compiler.is_compiling():
-        return depthwise_seq_conv(v, weight)
-    h, k, n = weight.shape[0], weight.shape[2], v.shape[2]
-    w = weight.to(v.dtype).view(1, h, k, 1)  # (1, h, K, 1)
-    vp = F.pad(v, (0, 0, k // 2, k // 2))  # (b, h, n + K − 1, d)
-    return sum(vp[:, :, j : j + n] * w[:, :, j : j + 1] for j in range(k))  # (b, h, n, d)

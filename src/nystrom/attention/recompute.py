@@ -23,7 +23,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.projection import fold_linear_grad
+from nystrom.layers.projection import fold_linear_grad
 from nystrom.utils.memory import empty
 
 # One group's q/k/v (b, n, 3, g, d) stays under this many bytes (at least one head): at long n one head

@@ -13,8 +13,8 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 from transformers.utils import ModelOutput
 
-from nystrom.functional.dense import activation
-from nystrom.functional.dropout import Dropout
+from nystrom.layers.dense import activation
+from nystrom.layers.dropout import Dropout
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.layers import masked_mean
 

@@ -11,14 +11,12 @@ import math
 import torch
 from torch import nn
 
-from nystrom.functional.dense import dense_module
-from nystrom.functional.dropout import Dropout
-from nystrom.functional.ffn import feed_forward
+from nystrom.layers.dense import dense_module
+from nystrom.layers.dropout import Dropout
+from nystrom.layers.ffn import feed_forward, in_row_blocks
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.ops.nystrom import nystrom_factors
 from nystrom.utils.checks import value_checks_enabled
-from nystrom.utils.device import accelerator_path
-from nystrom.utils.parallel import range_chunks
 
 #: bytes of (rows, f) FFN activations per block in inference (see :meth:`FeedForward.block`)
 FFN_BLOCK_BYTES = 8 << 20
@@ -130,11 +128,11 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         inner_dropout = self.training and self.inner_dropout.p > 0
         if torch.is_grad_enabled() and not inner_dropout and not torch.compiler.is_compiling():
-            # training: keeps x and the pre-activation only, blocked backward (functional/ffn.py)
+            # training: keeps x and the pre-activation only, blocked backward (layers/ffn.py)
             y = feed_forward(x, self.dense_in.weight, self.dense_in.bias, self.dense_out.weight, self.dense_out.bias,
                              activation=self.act)  # fmt: skip
             return self.dropout(y)  # (b, n, e)
-        # inference: act fused into the GEMM (functional/dense.py); elsewhere F.linear, then act
+        # inference: act fused into the GEMM (layers/dense.py); elsewhere F.linear, then act
         hidden = self.inner_dropout(dense_module(self.dense_in, x, activation_name=self.act))  # (b, n, f)
         return self.dropout(dense_module(self.dense_out, hidden))  # (b, n, e)
 
@@ -152,14 +150,8 @@ class FeedForward(nn.Module):
         def sublayer(t: torch.Tensor) -> torch.Tensor:
             return t + self(norm(t)) if pre_norm else norm(t + self(t))
 
-        if torch.is_grad_enabled() or torch.compiler.is_compiling() or accelerator_path(x):
-            return sublayer(x)  # on the accelerator path blocks would only add launches
-        rows = x.reshape(-1, x.shape[-1])  # (b·n, e)
-        out = torch.empty_like(rows)
-        step = max(1, FFN_BLOCK_BYTES // (self.dense_in.out_features * rows.element_size()))
-        for block in range_chunks(0, rows.shape[0], rows.shape[0], step):
-            out[block] = sublayer(rows[block])  # (c, e)
-        return out.view(x.shape)
+        # on the accelerator path in one call: blocks would only add launches (layers/ffn.py)
+        return in_row_blocks(sublayer, x, self.dense_in.out_features, FFN_BLOCK_BYTES)
 
 
 def build_attention(config: NystromformerConfig, index: int = 0) -> nn.Module:

@@ -23,7 +23,7 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 
-from nystrom.functional.dropout import Dropout
+from nystrom.layers.dropout import Dropout
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.head_layers import (
     ClassifierMLP,

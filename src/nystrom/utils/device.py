@@ -3,7 +3,9 @@
 Why one predicate: on CPU the library cuts work into cache-sized blocks and runs it on its own thread
 pool; on a GPU (and on the meta device, which stands in for one when counting launches) every extra op is
 a kernel launch, so the same maths runs as few large ops instead. Every branch between the two asks
-:func:`accelerator_path`, so meta, CUDA and any other device take the same path.
+:func:`accelerator_path`, so meta, CUDA and any other device take the same path, and each op or layer
+piece asks it in one dispatch function only (``tests/test_architecture.py`` lists them): callers above
+call the op and ask nothing themselves.
 
 :func:`force_accelerator_path` runs the accelerator path on CPU tensors: tests compare the two paths'
 numbers on one machine without a GPU.

@@ -48,7 +48,7 @@ def _set_up_onednn() -> None:
     """Run oneDNN's fused linear once on a tiny input. Its first call in a process maps the library's code and
     JIT buffers (≈ 5 MB RSS, measured), a one-time cost like an import that would otherwise land in whichever
     case runs it first, and differently in a fresh process than in a forked one."""
-    from nystrom.functional.dense import dense, fuses
+    from nystrom.layers.dense import dense, fuses
 
     x, w, b = torch.zeros(2, 8), torch.zeros(16, 8), torch.zeros(16)
     with torch.inference_mode():

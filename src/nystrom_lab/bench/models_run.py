@@ -40,7 +40,7 @@ def gemm_rate(size: dict, *, n: int, device: str = "cpu") -> float:
     rate gives the lowest floor: no figure is flattered by a slow reference GEMM."""
     import torch
 
-    from nystrom.functional.dense import dense, fuses
+    from nystrom.layers.dense import dense, fuses
     from nystrom.model.layers import FFN_BLOCK_BYTES
     from nystrom_lab.bench.measure import median_time_ms
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from nystrom.functional.cross_entropy import linear_cross_entropy
+from nystrom.layers.cross_entropy import linear_cross_entropy
 from nystrom.model import NystromformerForMaskedLM
 from nystrom.model.transfer import transfer
 from nystrom_lab.data.text import TextTokenizer, build_token_cache, load_tokenizer

@@ -5,7 +5,7 @@ and up) or AVX2 with the VNNI-2 extension, so on an AVX2-only CPU (most AMD EPYC
 Intel laptops before 2023) ``torch.ops.mkldnn._linear_pointwise`` in bf16 raises "could not create a
 primitive descriptor for the inner product forward propagation primitive". The ISA oneDNN uses may also be
 lowered below the hardware's by ``ONEDNN_MAX_CPU_ISA`` (read once, at oneDNN's first call). A tiny call of
-the op itself, in the dtype and with every post-op :func:`~nystrom.functional.dense.dense` uses, answers
+the op itself, in the dtype and with every post-op :func:`~nystrom.layers.dense.dense` uses, answers
 for exactly the ISA oneDNN runs with, whatever set it; PyTorch's own flag
 (``torch.ops.mkldnn._is_mkldnn_bf16_supported``, where present) must agree as well.
 
@@ -68,7 +68,7 @@ def _probe(dtype: torch.dtype) -> bool:
 
 
 def linear_supports(dtype: torch.dtype) -> bool:
-    """Whether :func:`~nystrom.functional.dense.dense` may run oneDNN's fused linear in ``dtype`` here: the
+    """Whether :func:`~nystrom.layers.dense.dense` may run oneDNN's fused linear in ``dtype`` here: the
     build has it, ``torch.backends.mkldnn.enabled`` is on, and a probe in that dtype ran on this CPU (its
     result cached). Never raises."""
     if dtype not in CANDIDATE_DTYPES or not _BUILT or not torch.backends.mkldnn.enabled:

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nystrom.functional.onednn import CANDIDATE_DTYPES, POST_OPS, linear_compute_dtype
+from nystrom.layers.onednn import CANDIDATE_DTYPES, POST_OPS, linear_compute_dtype
 from nystrom.utils.amp import autocast_enabled
 
 
@@ -47,7 +47,7 @@ def _plan(
     runs ``F.linear`` (see the module docstring). The result dtype under CPU autocast is autocast's:
     ``F.linear`` would cast all three operands to it too; otherwise all three must share one dtype (a
     mismatch is left to ``F.linear``'s error). The GEMM dtype is the result's, or float32 for bfloat16 on
-    CPUs without bf16 kernels (:func:`~nystrom.functional.onednn.linear_compute_dtype`)."""
+    CPUs without bf16 kernels (:func:`~nystrom.layers.onednn.linear_compute_dtype`)."""
     if torch.is_grad_enabled() or torch.compiler.is_compiling() or x.device.type != "cpu":
         return None
     operands = (x, weight) if bias is None else (x, weight, bias)

@@ -1,4 +1,5 @@
-"""Depthwise convolution of V over the sequence (the Nyströmformer's skip connection) as banded GEMMs.
+"""Depthwise convolution of V over the sequence (the Nyströmformer's skip connection): banded GEMMs on the
+CPU, and :func:`conv_skip`/:func:`add_conv_skip`, which pick the implementation (:func:`conv_path`).
 
 Legend: b batch, h heads, n tokens, d head dim, K kernel length (odd), P = K // 2, c block rows,
 nb = ⌈n / c⌉ blocks, W = c + K − 1 rows of one block's window.
@@ -33,11 +34,22 @@ BLOCK_ROWS = 64  # c: measured best of 32/64/128 for K = 35 on the 2-core VM
 GROUP_BYTES = 2 << 20
 
 
+def conv_path(x: torch.Tensor) -> str:
+    """The conv skip's one choice of implementation for ``x`` (b, h, n, d), and the only place that asks:
+
+    ``"traced"`` under torch.compile/export (K shifted multiply-adds that the compiler fuses into one loop),
+    ``"accelerator"`` on the accelerator path (one ``F.conv2d``, cuDNN's depthwise kernel), else ``"cpu"``
+    (the banded GEMMs below, in cache-sized groups of heads, added in place in inference)."""
+    if torch.compiler.is_compiling():
+        return "traced"
+    return "accelerator" if accelerator_path(x) else "cpu"
+
+
 def _head_groups(x: torch.Tensor) -> list[slice]:
     """Slices of heads whose (b, ·, n, d) part of ``x`` stays under ``GROUP_BYTES`` (at least one head).
-    On the accelerator path one group: the groups keep CPU caches warm, on a GPU each is more launches."""
+    Off the CPU path one group: the groups keep CPU caches warm, on a GPU each is more launches."""
     b, h, n, d = x.shape
-    if accelerator_path(x):
+    if conv_path(x) != "cpu":
         return [slice(0, h)]
     per_head = max(1, b * n * d * x.element_size())
     g = max(1, min(h, GROUP_BYTES // per_head))
@@ -177,3 +189,38 @@ def depthwise_seq_conv(
     w = _check(x, weight, block_rows)
     with autocast_off(x.device.type):
         return _SeqConv.apply(x, w.to(x.dtype), block_rows)
+
+
+def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The depthwise conv skip ``Conv2d(h, h, (K, 1), padding=(K // 2, 0), groups=h, bias=False)`` of v.
+
+    v (b, h, n, d), weight (h, 1, K, 1) -> (b, h, n, d) in v's dtype. Eagerly as banded GEMMs
+    (:func:`depthwise_seq_conv`, faster on CPU); traced, as K shifted multiply-adds that the compiler
+    fuses into one loop (the GEMMs' strided views, and inductor's CPU conv2d, would pin n to one value).
+    On the accelerator path, one ``F.conv2d`` (cuDNN's depthwise kernel; it wants a contiguous input).
+    """
+    path = conv_path(v)
+    if path == "accelerator":
+        h, k = weight.shape[0], weight.shape[2]
+        return F.conv2d(v.contiguous(), weight.to(v.dtype), padding=(k // 2, 0), groups=h)  # (b, h, n, d)
+    if path == "cpu":
+        return depthwise_seq_conv(v, weight)
+    h, k, n = weight.shape[0], weight.shape[2], v.shape[2]
+    w = weight.to(v.dtype).view(1, h, k, 1)  # (1, h, K, 1)
+    vp = F.pad(v, (0, 0, k // 2, k // 2))  # (b, h, n + K − 1, d)
+    return sum(vp[:, :, j : j + n] * w[:, :, j : j + 1] for j in range(k))  # (b, h, n, d)
+
+
+def add_conv_skip(o: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``o + conv_skip(v, weight)``, o and v (b, h, n, d). Without autograd, eagerly on CPU, the conv is
+    added into ``o`` where o is the core's own fresh result (not sharing memory with v, hence with the
+    q/k/v projection): no (b, h, n, d) conv tensor and no separate add (inference)."""
+    if torch.is_grad_enabled() or conv_path(v) != "cpu":  # traced first: dynamo has no storages
+        # o first: the sum keeps o's (b, n, h, d) layout (SDPA's), so the head merge is a view
+        return o + conv_skip(v, weight)
+    own = (
+        o.dtype == v.dtype
+        and o.shape == v.shape
+        and o.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
+    )
+    return depthwise_seq_conv_add_(o, v, weight) if own else o + conv_skip(v, weight)

@@ -17,6 +17,8 @@ casts; weight and bias gradients are summed over blocks in float32 and returned 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -41,14 +43,38 @@ def _act_backward(name: str, grad: torch.Tensor, h: torch.Tensor) -> torch.Tenso
     return torch.ops.aten.gelu_backward(grad, h, approximate="tanh" if name == "gelu_new" else "none")
 
 
+def row_blocks(x: torch.Tensor, width: int, block_bytes: int) -> list[slice]:
+    """Slices of the r rows of ``x`` (r, ·) such that a block's (rows, ``width``) activations in x's dtype
+    take at most ``block_bytes`` (at least one row each). On the accelerator path all rows at once: the
+    blocks keep CPU caches warm, on a GPU each would be more launches. The FFN's one device question."""
+    r = x.shape[0]
+    if accelerator_path(x):
+        return [slice(0, r)]
+    return list(range_chunks(0, r, r, max(1, block_bytes // (width * x.element_size()))))
+
+
 def _blocks(h: torch.Tensor) -> list[slice]:
-    """Row slices of the (r, f) pre-activation ``h``, :data:`BLOCK_BYTES` of it each; on the accelerator
-    path all rows at once (the blocks keep CPU caches warm; on a GPU each would be more launches)."""
-    if accelerator_path(h):
-        return [slice(0, h.shape[0])]
-    return list(
-        range_chunks(0, h.shape[0], h.shape[0], max(1, BLOCK_BYTES // (h.shape[1] * h.element_size())))
-    )
+    """Row slices of the (r, f) pre-activation ``h``, :data:`BLOCK_BYTES` of it each (:func:`row_blocks`)."""
+    return row_blocks(h, h.shape[1], BLOCK_BYTES)
+
+
+def in_row_blocks(
+    fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, width: int, block_bytes: int
+) -> torch.Tensor:
+    """``fn(x)`` for a row-wise ``fn`` of x (..., e) -> (..., e) whose largest temporaries are (rows,
+    ``width``): without autograd, eagerly on CPU, in blocks of :func:`row_blocks` rows written into one
+    output (same values; the temporaries of one block stay in cache and are reused); else in one call.
+    Returns (..., e) like x."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return fn(x)
+    rows = x.reshape(-1, x.shape[-1])  # (r, e)
+    blocks = row_blocks(rows, width, block_bytes)
+    if len(blocks) == 1:  # the accelerator path, or few rows: no block copies
+        return fn(x)
+    out = torch.empty_like(rows)
+    for block in blocks:
+        out[block] = fn(rows[block])  # (c, e)
+    return out.view(x.shape)
 
 
 class _FeedForward(torch.autograd.Function):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.functional.dense import dense, fuses
+from nystrom.layers.dense import dense, fuses
 from nystrom.utils.device import accelerator_path
 
 
@@ -37,7 +37,7 @@ def project_heads(
     """
     if torch.compiler.is_compiling() or accelerator_path(x):  # autograd's backward: 5 launches, not 17
         return split_heads(F.linear(x, weight, bias), heads, dim_head)
-    if fuses(x, weight, bias):  # inference: oneDNN's GEMM with the bias inside (functional/dense.py)
+    if fuses(x, weight, bias):  # inference: oneDNN's GEMM with the bias inside (layers/dense.py)
         return split_heads(dense(x, weight, bias), heads, dim_head)
     return _ProjectHeads.apply(x, weight, bias, heads, dim_head)
 
