@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The long-positions experiment (`nystrom pretrain long-positions`, docs/long-context.md) on a lent GPU: what two
-# CPU cores cannot do in one session, time-boxed (≤ 9.5 minutes of wall time: run it with timeout_s 600).
-# Weights are not committed, so a session must rebuild the source and the long models before it can fine-tune
+# CPU cores cannot do in one sitting, time-boxed (≤ 9.5 minutes of wall time: run it with timeout_s 600).
+# Weights are not committed, so a fresh checkout must rebuild the source and the long models before it can fine-tune
 # them; on two cores that chain plus the genre stage (3 seeds x 8 epochs at 4096 tokens) takes about 7 hours.
 #
 #   bash scripts/gpu_long_positions.sh pack        # HERE, first: .gpu_long_positions/ (carry it): MiniLM in fp16

@@ -1,6 +1,6 @@
 """Every CPU, every dtype: the oneDNN fast path is taken only where this CPU's oneDNN runs the dtype.
 
-Regression for issue #34: on CPUs without AVX-512 (AVX2-only AMD EPYC, laptops), oneDNN has no bf16 inner
+Regression for bf16 on AVX2-only CPUs: on CPUs without AVX-512 (AVX2-only AMD EPYC, laptops), oneDNN has no bf16 inner
 product, and a bf16 ``NystromAttention`` or model crashed in ``layers/dense.py`` ("could not create a
 primitive descriptor for the inner product forward propagation primitive"). A child process limited to AVX2
 (``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``) runs what such a CPU runs, on any x86 machine.

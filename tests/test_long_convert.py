@@ -157,7 +157,7 @@ def test_cli_convert_long_writes_a_folder_with_its_tokenizer(tmp_path, capsys):
 
 
 def test_a_bert_family_source_defaults_to_windows_below_and_nystrom_above(tmp_path, capsys):
-    # issue #37: Nyström in every layer dropped a converted MiniLM from 26.3 % to 10.5 % dev MLM accuracy
+    # the position-schemes screen: Nyström in every layer dropped a converted MiniLM from 26.3 % to 10.5 % dev MLM accuracy
     # before training; windows of L - 1 tokens in the lower half kept 25.3 %
     assert (
         long_attention(6, 512)

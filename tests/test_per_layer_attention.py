@@ -1,4 +1,4 @@
-"""Per-layer attention (issue #37): ``config.attention`` as a list, one spec per layer. It builds, saves,
+"""Per-layer attention: ``config.attention`` as a list, one spec per layer. It builds, saves,
 loads and converts like one spec, and is refused where it cannot go (a wrong length, transformers' class)."""
 
 from __future__ import annotations

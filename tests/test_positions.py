@@ -1,4 +1,4 @@
-"""Position schemes of ``to_long`` (issue #37): copy, interpolate and Su's hierarchical decomposition value by
+"""Position schemes of ``to_long``: copy, interpolate and Su's hierarchical decomposition value by
 value, the scheme recorded in the config, and every bad scheme or α refused before a weight is read."""
 
 from __future__ import annotations

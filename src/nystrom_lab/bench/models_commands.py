@@ -1,4 +1,4 @@
-"""``nystrom bench models``: the options of the whole-model suite and its command (issue #26; the cases
+"""``nystrom bench models``: the options of the whole-model suite and its command (the cases
 live in :mod:`nystrom_lab.bench.models`, the driver in :mod:`nystrom_lab.bench.models_run`)."""
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ def plot(data: dict, png: Path, *, malloc: str) -> None:
 def _anchor_table(rows: list[dict]) -> list[str]:
     """Ours and ours with ``recompute=True`` against the faster of HF and lucidrains at every case."""
     lines = [
-        "### Against the faster of HF and lucidrains (issue #17's reference)",
+        "### Against the faster of HF and lucidrains (the reference of the training targets)",
         "",
         "speed-up = anchor's fwd+bwd ÷ ours (> 1: we are faster); memory = our peak ÷ the anchor's (< 1: we "
         "use less). `recompute` = `NystromAttention(..., recompute=True)` (q/k/v rebuilt head by head in the "

@@ -23,7 +23,7 @@ def attention(rows_csv: Path, meta_json: Path) -> str:
 
 
 def attention_targets(rows_csv: Path, meta_json: Path) -> str:
-    """Issue #2's acceptance criteria, measured on the same run as the ``bench-attention`` tables."""
+    """The attention core's speed and memory targets, measured on the same run as the ``bench-attention`` tables."""
     rows, settings = read_csv(rows_csv), read_json(meta_json)["settings"]
     get = {(r["impl"], r["mode"], r["n"]): r for r in rows}
 
@@ -106,7 +106,7 @@ def compile_table(path: Path) -> str:
 
 
 def mkl_onednn(path: Path) -> str:
-    """GFLOP/s of the projection GEMMs through MKL and oneDNN (issue #17, item 3)."""
+    """GFLOP/s of the projection GEMMs through MKL and oneDNN (projections on AMD)."""
     data = read_json(path)
     out = [
         "| n | shape (k→o) | fwd MKL / oneDNN | dX MKL / oneDNN | dW MKL / oneDNN |",

@@ -1,4 +1,4 @@
-"""Blocks of docs/cpu.md (issue #34): whole models per instruction set and dtype, the speed before and
+"""Blocks of docs/cpu.md (bf16 on AVX2-only CPUs): whole models per instruction set and dtype, the speed before and
 after the capability check, and bf16's accuracy against fp32 per ISA branch.
 
 Data: ``docs/cpu/<isa>_<dtype>/bench_models.json`` (``nystrom bench models``, 4096 tokens, batch 1,

@@ -28,11 +28,11 @@ def compare(before: Path, after: Path) -> str:
     return before_after(read_json(before), read_json(after))
 
 
-AB = ("docs/cpu/ab36/cpu_ab.json", "docs/cpu/ab36/cpu_ab_2.json")
+AB = ("docs/cpu/launches_ab/cpu_ab.json", "docs/cpu/launches_ab/cpu_ab_2.json")
 
 
 def cpu_ab(*paths: Path) -> str:
-    """The CPU A/B of the code before and after the launch work (``scripts/cpu_ab.py``), every run, with
+    """The CPU A/B of the code before and after the launch work (``scripts/compare_checkouts_cpu.py``), every run, with
     transformers' Nystromformer measured in the same process."""
     runs = [read_json(p) for p in paths]
     m = runs[0]["machine"]

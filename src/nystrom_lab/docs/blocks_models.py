@@ -37,7 +37,8 @@ def inference(main_run: Path, idle4096: Path) -> str:
 
 
 def training(path: Path) -> str:
-    """Session 11's training steps, one row per length."""
+    """The 3-round training steps (before the fused linears, which a training step does not use), one row
+    per length."""
     run = read_json(path)
     ns = sorted({r["n"] for r in run["rows"] if r["mode"] == "train"})
     return compare_table(
@@ -60,7 +61,7 @@ def one_length(title: str, batch: int) -> Callable[[Path], str]:
 
 
 def bf16(inference_run: Path, train_run: Path) -> str:
-    """bf16 autocast: session 12's inference run and session 11's training step at 4096."""
+    """bf16 autocast: the inference run after the fused linears and a training step at 4096."""
     inf, train = read_json(inference_run), read_json(train_run)
     ns = sorted({r["n"] for r in inf["rows"]})
     first = compare_table(

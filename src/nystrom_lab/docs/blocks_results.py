@@ -19,7 +19,7 @@ NYS, SOFT = "experiments/listops-nystrom-64-seed0", "experiments/listops-softmax
 PATHFINDER = "experiments/pathfinder-nystrom-64-quick-seed0"
 #: the runs of the plateau table: (what it was, its init, its folder, whether it was evaluated on test)
 PLATEAU = (
-    ("official protocol, fp32 (sessions 1–2)", "BERT-style: every Linear N(0, 0.02)", "experiments/listops-nystrom-64-seed0-bert-init", False),
+    ("official protocol, fp32 (2026-11-22/23, CPU)", "BERT-style: every Linear N(0, 0.02)", "experiments/listops-nystrom-64-seed0-bert-init", False),
     ("official protocol, bf16 autocast (above)", "PyTorch default Linears, as the official code", NYS, True),
     ("diagnostic, 10× the lr", "PyTorch default", "experiments/listops-diagnostics/diag-listops-lr1e-3", True),
     ("diagnostic, exact softmax attention", "PyTorch default", "experiments/listops-diagnostics/diag-listops-softmax-lr1e-3", True),

@@ -1,4 +1,4 @@
-"""The long-context experiment's fine-tuning half (issue #25, item 5): Brown genre classification.
+"""The long-context experiment's fine-tuning half: Brown genre classification.
 
 Legend: N long length (4096), W window length (512).
 

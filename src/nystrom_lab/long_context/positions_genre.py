@@ -1,4 +1,4 @@
-"""The genre stage of ``nystrom pretrain long-positions`` (issue #37, item 6): the best long Nyström model on
+"""The genre stage of ``nystrom pretrain long-positions``: the best long Nyström model on
 whole Brown documents against ``window-512-continued`` on their first 512 tokens, over several seeds.
 
 The runs are those of :mod:`nystrom_lab.long_context.genre` (same tables, batch, rate, precision and paired

@@ -1,4 +1,4 @@
-"""Issue #37's targets, read off a ``long-positions`` report: each long Nyström variant against
+"""The position-schemes experiment's targets, read off a ``long-positions`` report: each long Nyström variant against
 ``window-512-continued`` at equal tokens, and what the trend of the gap says about a larger budget.
 
 Legend: t tokens seen by a continued run, g(t) = accuracy(variant) − accuracy(window-512-continued) in points.

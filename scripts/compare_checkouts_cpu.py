@@ -1,6 +1,6 @@
 """CPU A/B of two checkouts: whole-model inference and training step, and the attention module, timed in
 alternating child processes so that both codes see the same machine state. Usage:
-    python scripts/cpu_ab.py OUT.json --code before=/path/to/old/src --code after=src [--rounds 2]
+    python scripts/compare_checkouts_cpu.py OUT.json --code before=/path/to/old/src --code after=src [--rounds 2]
 Records the machine, the versions and every timing; prints ratios against transformers' Nystromformer
 measured in the same child (the machine's drift cancels out)."""
 
