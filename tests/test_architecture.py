@@ -10,7 +10,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src"
 MAX_LINES = 300
 PACKAGES = ("nystrom", "nystrom_lab")
-LIBRARY_SUBPACKAGES = ("utils", "ops", "layers", "functional", "attention", "model", "compat")
+LIBRARY_SUBPACKAGES = ("utils", "ops", "layers", "functional", "attention", "model", "convert", "compat")
 
 
 def modules() -> dict[str, Path]:

@@ -194,8 +194,8 @@ def test_each_start_point_loads_with_the_attention_spec(tmp_path):
 
 
 def test_start_point_lists_match_the_library():
+    from nystrom.convert.interop_bert import BERT_FAMILY
     from nystrom.model.configuration_nystromformer import MODEL_TYPE
-    from nystrom.model.interop_bert import BERT_FAMILY
     from nystrom.model.presets import PRESETS
     from nystrom_lab import start_point
 

@@ -12,8 +12,8 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
+from nystrom.convert.long import DEFAULT_LONG_ATTENTION, long_attention
 from nystrom.model import CheckpointError, NystromformerForMaskedLM, source_length, to_long
-from nystrom.model.long import DEFAULT_LONG_ATTENTION, long_attention
 from nystrom_lab.cli import main as cli_main
 from nystrom_lab.cli import run_command as text_main
 from nystrom_lab.text.models import load_folder

@@ -1,4 +1,6 @@
-"""Nyströmformer models as transformers models: config, encoder, task heads, Auto registration, interop.
+"""Nyströmformer models as transformers models: config, encoder, task heads, Auto registration; and, for this
+public path, the converters of :mod:`nystrom.convert` (from/to transformers, BERT/RoBERTa import, legacy
+folders, long conversion, tokenizers) re-exported.
 
 Legend: b batch, n tokens, e hidden size, v vocabulary, c classes.
 
@@ -20,14 +22,16 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
+from nystrom.convert.export_hf import to_hf
+from nystrom.convert.interop_bert import from_bert, from_roberta, minilm_path
+from nystrom.convert.interop_hf import from_hf
+from nystrom.convert.legacy import convert_legacy_checkpoint
+from nystrom.convert.long import source_length, to_long
+from nystrom.convert.tokenizer import save_tokenizer
+from nystrom.convert.weights import CheckpointError
 from nystrom.model.configuration_nystromformer import MODEL_TYPE, PRESETS, NystromformerConfig
-from nystrom.model.export_hf import to_hf
 from nystrom.model.head_layers import DualSequenceClassifierOutput, NystromformerForPreTrainingOutput
-from nystrom.model.interop_bert import from_bert, from_roberta, minilm_path
-from nystrom.model.interop_hf import from_hf
 from nystrom.model.layers import MAX_ATTENTION_TOKENS
-from nystrom.model.legacy import convert_legacy_checkpoint
-from nystrom.model.long import source_length, to_long
 from nystrom.model.modeling_heads import (
     MODEL_CLASSES,
     NystromformerForDualSequenceClassification,
@@ -39,8 +43,6 @@ from nystrom.model.modeling_heads import (
     NystromformerForTokenClassification,
 )
 from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
-from nystrom.model.tokenizer import save_tokenizer
-from nystrom.model.weights import CheckpointError
 
 #: transformers Auto class -> our model registered with it
 AUTO_CLASSES = {

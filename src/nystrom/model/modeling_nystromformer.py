@@ -156,7 +156,7 @@ class NystromformerPreTrainedModel(PreTrainedModel):
 
     def to_hf(self, path, *, segment_means_seq_len: int | None = None) -> None:
         """Write a transformers ``NystromformerModel``/``…For*`` folder (see :func:`nystrom.model.to_hf`)."""
-        from nystrom.model.export_hf import to_hf
+        from nystrom.convert.export_hf import to_hf
 
         to_hf(self, path, segment_means_seq_len=segment_means_seq_len)
 

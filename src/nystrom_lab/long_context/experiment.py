@@ -59,9 +59,9 @@ class LongContextRun(LongRun):
 
 def minilm_mlm(seed: int):
     """MiniLM as it is (softmax, 512 positions) with an MLM head drawn from ``seed`` alone."""
+    from nystrom.convert.long import fresh_mlm_head
+    from nystrom.convert.transfer import transfer
     from nystrom.model import NystromformerForMaskedLM, from_bert, minilm_path
-    from nystrom.model.long import fresh_mlm_head
-    from nystrom.model.transfer import transfer
 
     bert = from_bert(minilm_path(), attention="softmax")
     model = transfer(bert, NystromformerForMaskedLM, bert.config)

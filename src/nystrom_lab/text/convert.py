@@ -71,8 +71,8 @@ def _weights_folder(init_from: str) -> Path:
 
 
 def cmd_convert_long(args: argparse.Namespace) -> int:
+    from nystrom.convert.interop_bert import BERT_FAMILY
     from nystrom.model import source_length, to_long
-    from nystrom.model.interop_bert import BERT_FAMILY
     from nystrom_lab.text.models import text_attention
 
     source = _weights_folder(args.init_from)

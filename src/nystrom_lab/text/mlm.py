@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from nystrom.convert.transfer import transfer
 from nystrom.layers.cross_entropy import linear_cross_entropy
 from nystrom.model import NystromformerForMaskedLM
-from nystrom.model.transfer import transfer
 from nystrom_lab.data.text import TextTokenizer, build_token_cache, load_tokenizer
 from nystrom_lab.data.text_corpus import resolve_corpus
 from nystrom_lab.data.text_mlm import PackedMLMDataset, collate_mlm, position_buckets

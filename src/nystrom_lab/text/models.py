@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nystrom.convert.transfer import load_folder, transfer
 from nystrom.model import (
     NystromformerConfig,
     NystromformerPreTrainedModel,
@@ -20,7 +21,6 @@ from nystrom.model import (
     minilm_path,
     save_tokenizer,
 )
-from nystrom.model.transfer import load_folder, transfer
 from nystrom_lab import attention_spec
 from nystrom_lab.start_point import MINILM, detect
 from nystrom_lab.text.presets import TEXT_ATTENTION_PRESET

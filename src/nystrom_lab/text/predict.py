@@ -31,7 +31,7 @@ from nystrom_lab.training.device import autocast, check_precision, resolve_devic
 def save_classifier(model: nn.Module, tok: TextTokenizer, labels: LabelSpec, *, max_length: int, folder: Path) -> None:
     """Write a complete transformers folder: config (with ``id2label``/``label2id``/``problem_type``),
     weights, and the tokenizer (``model_max_length`` = the fine-tuning length, so pipelines truncate alike)."""
-    from nystrom.model.tokenizer import save_tokenizer
+    from nystrom.convert.tokenizer import save_tokenizer
 
     model.save_pretrained(folder)
     save_tokenizer(tok.path, folder, model_max_length=max_length)

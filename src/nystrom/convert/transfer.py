@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from nystrom.convert.weights import CheckpointError
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.modeling_heads import MODEL_CLASSES
 from nystrom.model.modeling_nystromformer import NystromformerPreTrainedModel
-from nystrom.model.weights import CheckpointError
 
 
 def load_folder(folder: str | Path) -> NystromformerPreTrainedModel:

@@ -1,6 +1,6 @@
 """Ours -> transformers' own Nystromformer: :func:`to_hf` writes a folder ``transformers`` loads, and
 :func:`config_from_hf` reads HF's config fields into ours (``to_hf`` checks that HF's config describes
-ours exactly by reading it back; :mod:`nystrom.model.interop_hf` uses it to import).
+ours exactly by reading it back; :mod:`nystrom.convert.interop_hf` uses it to import).
 
 Legend: e hidden size, h heads, k conv kernel, p positions, m landmarks.
 
@@ -18,13 +18,13 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from nystrom.convert.interop_keys import HF_POSITION_OFFSET, _plan
+from nystrom.convert.weights import CheckpointError
 from nystrom.model.configuration_nystromformer import (
     ACTIVATIONS,
     NystromformerConfig,
     resolved_attention,
 )
-from nystrom.model.interop_keys import HF_POSITION_OFFSET, _plan
-from nystrom.model.weights import CheckpointError
 
 #: transformers class -> ours (same names); ours -> the transformers class to_hf writes
 HF_HEADS = ("NystromformerModel", "NystromformerForMaskedLM", "NystromformerForSequenceClassification",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from nystrom.convert.tokenizer import save_tokenizer
+from nystrom.convert.weights import CheckpointError, copy_checked, read_json, read_weights
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.modeling_heads import MODEL_CLASSES
-from nystrom.model.tokenizer import save_tokenizer
-from nystrom.model.weights import CheckpointError, copy_checked, read_json, read_weights
 
 #: old parameter name pattern -> new name (heads renamed when the classes became transformers models)
 _RENAMES = ((r"^classifier\.out\.", "classifier.out_proj."), (r"^lm_head\.bias$", "lm_head.decoder.bias"))

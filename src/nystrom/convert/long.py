@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
+from nystrom.convert.interop_bert import BERT_FAMILY, from_bert, from_roberta
+from nystrom.convert.interop_hf import from_hf
+from nystrom.convert.transfer import load_folder, transfer
+from nystrom.convert.weights import CheckpointError, read_json
 from nystrom.model.configuration_nystromformer import MODEL_TYPE, normalize_attention
-from nystrom.model.interop_bert import BERT_FAMILY, from_bert, from_roberta
-from nystrom.model.interop_hf import from_hf
 from nystrom.model.modeling_heads import NystromformerForMaskedLM
 from nystrom.model.modeling_nystromformer import NystromformerPreTrainedModel
 from nystrom.model.positions import check_scheme
-from nystrom.model.transfer import load_folder, transfer
-from nystrom.model.weights import CheckpointError, read_json
 
 #: the global attention of a long model: the paper's Nyström (m = 64) with a conv skip that starts at 0
 DEFAULT_LONG_ATTENTION: dict[str, Any] = {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": 65}

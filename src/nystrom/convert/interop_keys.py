@@ -4,8 +4,8 @@ Legend: e hidden size, h heads, d head dim, p position rows.
 
 Our keys map to HF's by regular-expression rules (``BASE_RULES`` for the encoder, ``HEAD_RULES`` for
 the heads); kind ``"qkv"`` joins HF's separate query/key/value into our fused ``qkv`` (rows in that
-order), ``"tied"`` is the MLM decoder tied to the word embeddings, ``"conv"`` is the attention's depthwise conv (absent from BERT). Used by :mod:`nystrom.model.interop_hf`
-(both directions) and :mod:`nystrom.model.interop_bert` (import). :func:`check_source_config` checks a
+order), ``"tied"`` is the MLM decoder tied to the word embeddings, ``"conv"`` is the attention's depthwise conv (absent from BERT). Used by :mod:`nystrom.convert.interop_hf`
+(both directions) and :mod:`nystrom.convert.interop_bert` (import). :func:`check_source_config` checks a
 source ``config.json`` against its tensors before any model is allocated.
 """
 
@@ -16,7 +16,7 @@ import re
 import torch
 from torch import nn
 
-from nystrom.model.weights import CheckpointError, _names, copy_checked
+from nystrom.convert.weights import CheckpointError, _names, copy_checked
 
 HF_POSITION_OFFSET = 2  # transformers' Nystromformer starts position ids at 2
 _L = r"encoder\.layers\.(\d+)\."

@@ -2,7 +2,7 @@
 
 Legend: e hidden size, p position rows, k conv kernel.
 
-BERT and the HF Nystromformer share one layout (:mod:`nystrom.model.interop_hf`): here keys carry an optional
+BERT and the HF Nystromformer share one layout (:mod:`nystrom.convert.interop_hf`): here keys carry an optional
 ``bert.`` prefix, positions start at 0 (no offset), the activation is erf-GELU and there is no conv, so a
 model loaded with ``attention="softmax"`` computes exactly what ``transformers.BertModel`` does.
 RoBERTa and XLM-R (:func:`from_roberta`) are the same blocks under other names: keys ``roberta.*`` and
@@ -16,11 +16,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from nystrom.convert.interop_keys import check_source_config, load_bertlike
+from nystrom.convert.weights import CheckpointError, read_json, read_weights
 from nystrom.model.configuration_nystromformer import ACTIVATIONS, NystromformerConfig, normalize_attention
-from nystrom.model.interop_keys import check_source_config, load_bertlike
 from nystrom.model.modeling_heads import NystromformerForMaskedLM, NystromformerForPreTraining
 from nystrom.model.modeling_nystromformer import NystromformerModel, NystromformerPreTrainedModel
-from nystrom.model.weights import CheckpointError, read_json, read_weights
 
 #: the default attention of :func:`from_bert`: Nyström, 64 landmarks, no conv skip (BERT has none)
 DEFAULT_BERT_ATTENTION: dict[str, Any] = {"name": "nystrom", "num_landmarks": 64, "conv_kernel_size": None}

@@ -8,7 +8,7 @@ p + 2 rows (ids start at 2; we keep the rows, ``config.position_offset = 2``),
 order), ``attention.self.conv.weight`` (h, 1, k, 1), post-LN BERT blocks, and per head class the MLM head
 ``cls.predictions.*`` (decoder tied to the word embeddings), ``classifier.dense/out_proj`` (sequence),
 ``classifier`` (token), ``qa_outputs`` (QA), ``pre_classifier`` + ``classifier`` (multiple choice). The
-key rules live in :mod:`nystrom.model.interop_keys`. HF → ours → HF is lossless: our config keeps HF's own
+key rules live in :mod:`nystrom.convert.interop_keys`. HF → ours → HF is lossless: our config keeps HF's own
 fields (``hf_config``) and ``to_hf`` writes them back.
 """
 
@@ -19,17 +19,17 @@ from typing import Any
 
 import torch
 
+from nystrom.convert.export_hf import _KEY_HINTS, HF_HEADS, config_from_hf, to_hf  # noqa: F401 (to_hf re-exported)
+from nystrom.convert.interop_keys import HF_POSITION_OFFSET, check_source_config, load_bertlike
+from nystrom.convert.weights import CheckpointError, read_json, read_weights
 from nystrom.model.configuration_nystromformer import (
     NystromformerConfig,
     attention_option_names,
     normalize_attention,
     resolved_attention,
 )
-from nystrom.model.export_hf import _KEY_HINTS, HF_HEADS, config_from_hf, to_hf  # noqa: F401 (to_hf re-exported)
-from nystrom.model.interop_keys import HF_POSITION_OFFSET, check_source_config, load_bertlike
 from nystrom.model.modeling_heads import MODEL_CLASSES
 from nystrom.model.modeling_nystromformer import NystromformerPreTrainedModel
-from nystrom.model.weights import CheckpointError, read_json, read_weights
 
 
 # ---------------------------------------------------------------------------------------------- import
