@@ -192,7 +192,7 @@ def test_accelerator_path_agrees_with_the_cpu_path(dtype, mode, masked, model, d
 
 
 def test_the_matrix_covers_every_axis():
-    """Every axis value of the issue appears, and no cell is skipped by construction."""
+    """Every axis value (dtype, mode, mask, model) appears, and no cell is skipped by construction."""
     ids = {p.id for p in CELLS}
     assert len(ids) == len(CELLS) == len(MODELS) * 2 * sum(len(_modes(d)) for d in DTYPES) == 54
     for word in ("fp32", "bf16", "fp16", "autocast-bf16", "inference", "train", "backward-outside",

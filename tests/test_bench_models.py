@@ -75,7 +75,7 @@ def test_ratios_and_floor_by_hand():
     flops = floor_flops(size, n=4096, batch=1, mode="train")
     assert ours["floor_s"] == pytest.approx(flops / 100e9) and ours["x_floor"] == pytest.approx(2.0 / ours["floor_s"])
     # 6 layers × 4096 tokens × 2·(4·384² + 2·384·1536) = 87.0 GFLOP of projections and FFN, plus the Nyström
-    # core 6 × 4096 × 8·64·384 = 4.8 GFLOP: the ≈ 92 GFLOP forward of the estimate
+    # core 6 × 4096 × 8·64·384 = 4.8 GFLOP: the ≈ 92 GFLOP forward of the whole-model benchmark's estimate
     assert floor_flops(size, n=4096, batch=1, mode="inference") == pytest.approx(91.8e9, rel=1e-3)
     text = render({"size": "minilm", "dtype": "fp32", "rounds": 1, "repeats": 1, "rows": rows,
                    "machine": {"cpu": "x", "threads": 2, "torch": "t", "transformers": "t"}})  # fmt: skip
