@@ -37,9 +37,9 @@ DEFAULT_LONG_ATTENTION: dict[str, Any] = {"name": "nystrom", "num_landmarks": 64
 
 
 def long_attention(num_layers: int, source_length: int) -> list[dict[str, Any]]:
-    """The default attention of a long model converted from a BERT-family checkpoint (issue #37's screen):
-    a centred window of L − 1 tokens (±(L/2 − 1), L the source's positions, odd) in the lower half of the
-    layers, :data:`DEFAULT_LONG_ATTENTION` above.
+    """The default attention of a long model converted from a BERT-family checkpoint (chosen by the screen in
+    docs/long-context.md): a centred window of L − 1 tokens (±(L/2 − 1), L the source's positions, odd) in
+    the lower half of the layers, :data:`DEFAULT_LONG_ATTENTION` above.
 
     With copied positions no token in a window sees two copies of one position, so the lower layers compute
     what the source computes on every window; at 4096 tokens from a 512-token MiniLM this kept 25.3 % dev MLM

@@ -8,7 +8,7 @@ memory we just allocated, local to that buffer: where it is unavailable (not Lin
 ``never``), the buffer is the same, only slower to touch.
 
 Forward outputs only. Gradient buffers of the backwards (and of the module's head merge) are plain:
-in training loops, interleaved A/B on the 2-core AMD VM (session 5, loaded machine, n = 65536), hinting
+in training loops, interleaved A/B on the 2-core AMD VM (loaded machine, n = 65536), hinting
 them cost more than it saved: core forward + backward 2.75 vs 2.29 s CPU (sys 1.08 vs 0.87, user 1.68
 vs 1.42), module forward + backward sys time 1.37 vs 0.92 s per call at level user time, while the
 forward alone still gained (323 vs 357 ms). No compaction stalls were counted: the cost is in the

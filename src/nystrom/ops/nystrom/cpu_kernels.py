@@ -45,8 +45,8 @@ SPLITS: int | None = None  # row/key ranges per sample (one work item each); Non
 SHORT_MIN_N = 16384
 LONG_MIN_N = 16384
 # With a gradient to record, the switch moves up: SDPA's flash backward beats ours by more than our
-# forward beats its forward. Module fwd+bwd (e = 512, h = 8, m = 64, 2-core AMD EPYC, interleaved A/B,
-# session 6), fused vs SDPA ms: n = 8192 356/314, 16384 781/690, 24576 1175/1069, 32768 1480/1437,
+# forward beats its forward. Module fwd+bwd (e = 512, h = 8, m = 64, 2-core AMD EPYC, interleaved A/B in
+# one run), fused vs SDPA ms: n = 8192 356/314, 16384 781/690, 24576 1175/1069, 32768 1480/1437,
 # 65536 2905/2829, 131072 6435/6409 (level; same peak memory); TransMIL (m = 256, conv 33) 6000 536/477,
 # 20000 1576/1548. Above this length training takes the fused kernels and their recomputing backward.
 TRAIN_MIN_N = 131072
