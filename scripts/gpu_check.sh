@@ -17,7 +17,7 @@ R=$(mktemp -d)
 cat "$OUT/env.txt"
 
 echo "== pytest -m gpu"
-timeout 150 $PY -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -rA 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
+timeout 150 $PY -m pytest -q -m gpu tests/ops/test_cuda_kernels.py tests/lab/training/test_cuda_training.py -p no:cacheprovider -rA 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
 
 echo "== attention modules on the GPU (b=1, h=8, d=64, m=64)"
 LENGTHS=4096,16384,65536,131072
