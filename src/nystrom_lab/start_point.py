@@ -23,7 +23,7 @@ from pathlib import Path
 
 #: nystrom.model.presets.PRESETS: configurations a model can be drawn from
 CONFIG_PRESETS = ("lra", "bert-small", "bert-base")
-#: nystrom.model.interop_bert.BERT_FAMILY: folders converted by from_bert / from_roberta
+#: nystrom.convert.interop_bert.BERT_FAMILY: folders converted by from_bert / from_roberta
 BERT_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
 OURS, HF_NYSTROMFORMER = "nystrom-nystromformer", "nystromformer"
 MINILM = "minilm"

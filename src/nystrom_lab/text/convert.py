@@ -185,7 +185,7 @@ def register(subparsers) -> None:
         "--attention", type=attention, nargs="+", metavar="SPEC",
         help="attention spec of the long model, or one spec per layer (e.g. 3 x longformer-511 then 3 x nystrom"
         " for a 6-layer model). Default: for a BERT-family source a window of L - 1 tokens in the lower half of"
-        " the layers and nystrom above (nystrom.model.long.long_attention: a converted model keeps its"
+        " the layers and nystrom above (nystrom.convert.long.long_attention: a converted model keeps its"
         " source's accuracy, docs/long-context.md); for a Nystromformer, nystrom (NystromAttention's"
         " landmarks, conv kernel 65 zero-initialised). softmax keeps exact attention; "
         + ATTENTION_HELP.split(". Default")[0],

@@ -40,7 +40,7 @@ def bucket_metric(name: str, lo: int, hi: int) -> str:
 def masked_token_loss(lm_head: nn.Module, hidden: torch.Tensor, labels: torch.Tensor):
     """The MLM loss with the head run on the masked positions only (k ≈ 0.15·b·L rows instead of b·L: the
     vocabulary projection is most of a small model's cost), its decoder and cross-entropy fused block by
-    block (:func:`~nystrom.functional.cross_entropy.linear_cross_entropy`: no (k, v) logits are held).
+    block (:func:`~nystrom.layers.cross_entropy.linear_cross_entropy`: no (k, v) logits are held).
 
     ``hidden`` (b, L, e), ``labels`` (b, L) with -100 at unpredicted positions -> ``(loss, token losses
     (k,), predicted ids (k,), targets (k,))``; ``loss`` is the mean over the b examples of each example's
