@@ -11,11 +11,9 @@ with our core in the same process (the VM's speed drifts within a run).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import inspect
 import json
-import sys
 from pathlib import Path
 
 import torch
@@ -24,6 +22,8 @@ from torch import nn
 from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom.functional import nystrom_attention, softmax_attention
 from nystrom_lab.bench.attention_report import IMPLS, MODES, render
+from nystrom_lab.bench.comparisons import HFSelfAttention, hf_nystrom_self_attention, lucidrains_layer
+from nystrom_lab.bench.harness import run_case
 from nystrom_lab.bench.measure import (
     gemm_gflops,
     machine_info,
@@ -31,7 +31,6 @@ from nystrom_lab.bench.measure import (
     median_time_ms,
     peak_memory_mb,
     replace_section,
-    run_child,
 )
 
 #: our module's defaults: the other implementations are configured alike, and an unset m is ours
@@ -41,64 +40,21 @@ OURS = {k: p.default for k, p in inspect.signature(NystromAttention).parameters.
 # 12 ms from the third; host-side backing of guest memory), so a 65536-token case settles only
 # from its 4th call (measured per call: 320, 320, 270, 185, 175, 170, ... ms).
 WARMUP_CALLS = 4
+_TARGET = "nystrom_lab.bench.attention:measure"
 
 
-def _hf_module(
-    e: int, h: int, m: int, n: int, *, core_only: bool, conv: int | None = None, dropout: float = 0.0
-) -> nn.Module:
-    try:
-        from transformers import NystromformerConfig
-        from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
-    except ImportError as err:
-        raise SystemExit("the 'hf' implementation needs transformers: pip install -e '.[test]'") from err
-    cfg = NystromformerConfig(
-        hidden_size=e,
-        num_attention_heads=h,
-        num_landmarks=m,
-        segment_means_seq_len=n,
-        attention_probs_dropout_prob=0.0,
-    )
-    if conv is not None:
-        cfg.conv_kernel_size = conv  # the config only takes ints: None is set on the module below
-    attn = NystromformerSelfAttention(cfg)
-    attn.conv_kernel_size = conv  # the conv skip only where asked, alike for every implementation
-    if core_only:
-        attn.query = attn.key = attn.value = nn.Identity()  # q = k = v = the input: the core alone
-        return attn
-    return nn.Sequential(_First(attn), nn.Linear(e, e), nn.Dropout(dropout))
+def _hf_core(e: int, h: int, m: int, n: int) -> nn.Module:
+    """transformers' module with identity q/k/v projections: q = k = v = the input, the core alone."""
+    attn = hf_nystrom_self_attention(e, heads=h, landmarks=m, n=n)
+    attn.query = attn.key = attn.value = nn.Identity()
+    return attn
 
 
-class _First(nn.Module):
-    def __init__(self, mod: nn.Module) -> None:
-        super().__init__()
-        self.mod = mod
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mod(x)[0]
-
-
-def _lucid_module(
-    e: int, h: int, d: int, m: int, *, core_only: bool, conv: int | None = None, dropout: float = 0.0
-) -> nn.Module:
-    try:
-        from nystrom_attention import NystromAttention as Lucid
-    except ImportError as err:
-        raise SystemExit(
-            "the 'lucidrains' implementation needs nystrom-attention: pip install -e '.[test]'"
-        ) from err
-    mod = Lucid(
-        dim=e,
-        dim_head=d,
-        heads=h,
-        num_landmarks=m,
-        pinv_iterations=OURS["pinv_iterations"],
-        residual=conv is not None,
-        residual_conv_kernel=conv or OURS["conv_kernel_size"],
-        dropout=dropout,
-    )
-    if core_only:  # the caller feeds the (b, n, 3e) q|k|v tensor directly
-        mod.to_qkv = nn.Identity()
-        mod.to_out = nn.Identity()
+def _lucidrains_core(e: int, h: int, d: int, m: int) -> nn.Module:
+    """lucidrains' module without projections: the caller feeds the (b, n, 3e) q|k|v tensor directly."""
+    mod = lucidrains_layer(e, heads=h, dim_head=d, landmarks=m)
+    mod.to_qkv = nn.Identity()
+    mod.to_out = nn.Identity()
     return mod
 
 
@@ -114,9 +70,9 @@ def build_case(impl: str, mode: str, *, n: int, h: int, d: int, m: int, dtype: t
             q = x.view(1, n, h, d).transpose(1, 2)
             return lambda: softmax_attention(q, q, q)
         if impl == "hf":
-            mod = _hf_module(e, h, m, n, core_only=True).to(dtype)
+            mod = _hf_core(e, h, m, n).to(dtype)
             return lambda: mod(x)  # identity q/k/v projections: q = k = v = x
-        mod = _lucid_module(e, h, d, m, core_only=True).to(dtype)
+        mod = _lucidrains_core(e, h, d, m).to(dtype)
         x3 = torch.cat([x, x, x], -1)  # (b, n, 3e), built outside the timed call
         return lambda: mod(x3)
     if impl == "nystrom":
@@ -124,9 +80,9 @@ def build_case(impl: str, mode: str, *, n: int, h: int, d: int, m: int, dtype: t
     elif impl == "sdpa":
         mod = SoftmaxAttention(e, heads=h, dim_head=d)
     elif impl == "hf":
-        mod = _hf_module(e, h, m, n, core_only=False)
+        mod = HFSelfAttention(e, heads=h, landmarks=m, n=n)
     else:
-        mod = _lucid_module(e, h, d, m, core_only=False)
+        mod = lucidrains_layer(e, heads=h, dim_head=d, landmarks=m)
     mod = mod.to(dtype)
     if mode == "fwd":
 
@@ -147,32 +103,23 @@ def build_case(impl: str, mode: str, *, n: int, h: int, d: int, m: int, dtype: t
     return fwdbwd
 
 
-def child_main(argv: list[str]) -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("impl", choices=(*IMPLS, "gemm"))
-    p.add_argument("mode")
-    p.add_argument("n", type=int)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--dim-head", type=int, default=64)
-    p.add_argument("--landmarks", type=int, required=True)  # the parent always passes m
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--budget", type=float, default=20.0)
-    a = p.parse_args(argv)
+def measure(case: dict) -> dict:
+    """One case in this fresh process: ``{"ms", "peak_mb"}`` (our core: + ``"gemm_gflops"``, the floor's
+    GEMM rate timed beside it), or for impl ``"gemm"`` the machine's ``{"gflops"}``. ``case``: impl, mode,
+    n, heads, dim_head, landmarks, dtype, repeats, budget (seconds of timed calls)."""
     torch.manual_seed(0)
-    if a.impl == "gemm":
-        print(json.dumps({"gflops": gemm_gflops()}))
-        return
+    if case["impl"] == "gemm":
+        return {"gflops": gemm_gflops()}
     fn = build_case(
-        a.impl, a.mode, n=a.n, h=a.heads, d=a.dim_head, m=a.landmarks, dtype=getattr(torch, a.dtype)
-    )
+        case["impl"], case["mode"], n=case["n"], h=case["heads"], d=case["dim_head"], m=case["landmarks"],
+        dtype=getattr(torch, case["dtype"]),
+    )  # fmt: skip
     mem = peak_memory_mb(fn)  # the first call doubles as warm-up
-    timing = dict(repeats=a.repeats, budget_s=a.budget, warmup=WARMUP_CALLS - 1)
-    if a.impl == "nystrom" and a.mode == "core":  # the floor's GEMM rate, timed beside our core
+    timing = dict(repeats=case["repeats"], budget_s=case["budget"], warmup=WARMUP_CALLS - 1)
+    if case["impl"] == "nystrom" and case["mode"] == "core":  # the floor's GEMM rate, timed beside our core
         ms, rate = median_time_and_gemm_rate(fn, **timing)
-        print(json.dumps({"ms": ms, "peak_mb": mem, "gemm_gflops": rate}))
-        return
-    print(json.dumps({"ms": median_time_ms(fn, **timing), "peak_mb": mem}))
+        return {"ms": ms, "peak_mb": mem, "gemm_gflops": rate}
+    return {"ms": median_time_ms(fn, **timing), "peak_mb": mem}
 
 
 def _skip(impl: str, mode: str, n: int, max_sdpa_n: int) -> bool:
@@ -198,27 +145,21 @@ def run(
     from tqdm import tqdm
 
     landmarks = OURS["num_landmarks"] if landmarks is None else landmarks
-    common = [
-        "--heads",
-        str(heads),
-        "--dim-head",
-        str(dim_head),
-        "--landmarks",
-        str(landmarks),
-        "--dtype",
-        dtype,
-    ]
-    gemm = run_child("nystrom_lab.bench.attention", ["gemm", "-", "0"], timeout_s=300)["gflops"]
+    gemm = run_case(_TARGET, {"impl": "gemm"}, timeout_s=300)["gflops"]
+    common = {
+        "heads": heads,
+        "dim_head": dim_head,
+        "landmarks": landmarks,
+        "dtype": dtype,
+        "repeats": repeats,
+    }
     cases = [(i, mo, n) for n in lengths for mo in modes for i in impls if not _skip(i, mo, n, max_sdpa_n)]
     rows = []
     for impl, mode, n in tqdm(cases, desc="attention bench", unit="case"):
-        res = run_child(
-            "nystrom_lab.bench.attention",
-            [impl, mode, str(n), *common, "--repeats", str(repeats)],
-            timeout_s=1800,
-        )
+        case = {"impl": impl, "mode": mode, "n": n, **common, "budget": 20.0}
+        res = run_case(_TARGET, case, timeout_s=1800)
         rows.append({"impl": impl, "mode": mode, "n": n, **res})
-    gemm_after = run_child("nystrom_lab.bench.attention", ["gemm", "-", "0"], timeout_s=300)["gflops"]
+    gemm_after = run_case(_TARGET, {"impl": "gemm"}, timeout_s=300)["gflops"]
     info = {**machine_info(), "gemm_gflops_before": f"{gemm:.1f}", "gemm_gflops_after": f"{gemm_after:.1f}"}
     settings = {"heads": heads, "dim_head": dim_head, "landmarks": landmarks, "dtype": dtype}
     report = render(rows, info, **settings)
@@ -235,7 +176,3 @@ def run(
     if markdown is not None:
         replace_section(markdown, "bench-attention", report)
     return rows
-
-
-if __name__ == "__main__":
-    child_main(sys.argv[1:])

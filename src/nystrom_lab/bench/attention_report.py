@@ -8,6 +8,8 @@ Torch-free on purpose: ``nystrom docs render`` rebuilds the report from the comm
 
 from __future__ import annotations
 
+from nystrom_lab.bench.floors import attention_core_floor_ms
+
 IMPLS = ("nystrom", "hf", "lucidrains", "sdpa")
 MODES = ("core", "fwd", "fwdbwd")
 _TITLES = {
@@ -15,11 +17,6 @@ _TITLES = {
     "fwd": "Whole module forward (no_grad)",
     "fwdbwd": "Whole module forward + backward",
 }
-
-
-def floor_ms(n: int, *, landmarks: int, dim_head: int, heads: int, gflops: float) -> float:
-    """The core's FLOP floor: 8·n·m·d·h FLOPs (four n×m×d GEMMs per head) at ``gflops``."""
-    return 8 * n * landmarks * dim_head * heads / (gflops * 1e9) * 1e3
 
 
 def render(rows: list[dict], info: dict, *, heads: int, dim_head: int, landmarks: int, dtype: str) -> str:
@@ -63,7 +60,9 @@ def render(rows: list[dict], info: dict, *, heads: int, dim_head: int, landmarks
                         cells.append("—")
             if mode == "core":
                 r = ours.get("gemm_gflops", rate)
-                floor = floor_ms(n, landmarks=landmarks, dim_head=dim_head, heads=heads, gflops=r)
+                floor = attention_core_floor_ms(
+                    n, landmarks=landmarks, dim_head=dim_head, heads=heads, gflops=r
+                )
                 cells += [f"{r:.1f}", f"{floor:.1f}", f"{ours['ms'] / floor:.2f}×" if "ms" in ours else "—"]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")

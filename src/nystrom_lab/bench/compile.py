@@ -22,26 +22,25 @@ import torch
 
 from nystrom.attention import NystromAttention
 from nystrom_lab.bench.compile_report import render
+from nystrom_lab.bench.measure import call_times_s
 
 LENGTHS = (4096, 16384)
 REPEATS = 7
 
 
 def _time(fn) -> tuple[float, float, float, float]:
+    """Median, min and max seconds of ``REPEATS`` calls after one more warm-up, and the first call's."""
     t0 = time.perf_counter()
     fn()
     first = time.perf_counter() - t0
-    fn()
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+    times = call_times_s(fn, repeats=REPEATS, warmup=1)
     return statistics.median(times), min(times), max(times), first
 
 
 def main(out: Path | None = None) -> None:
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads {torch.get_num_threads()}")
+    print(
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads {torch.get_num_threads()}"
+    )
     rows = []
     for n in LENGTHS:
         torch.manual_seed(0)

@@ -19,7 +19,7 @@ What a fork does not carry over, restored in the case process before the case ru
 
 Protocol: the driver writes one JSON line ``{"case": {...}, "timeout_s": t}`` to the worker's stdin;
 the worker answers one line: ``{"result": {...}}``, ``{"error": "..."}`` (the last lines of the case's
-output, as :func:`nystrom_lab.bench.measure.run_child` reports a failed child) or ``{"timeout": true}``.
+output, as :func:`nystrom_lab.bench.harness.run_case` reports a failed child) or ``{"timeout": true}``.
 """
 
 from __future__ import annotations
@@ -257,12 +257,17 @@ def _fork_case(fn: Callable[[dict], dict], case: dict, threads: int, timeout_s: 
     return {"error": " | ".join(tail) or f"exit code {code}"}
 
 
+def resolve(target: str) -> Callable[[dict], dict]:
+    """The case function ``target`` (``"module:function"``) names, its module imported."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def serve(target: str, threads: int) -> None:
     """The worker: import ``target``, then answer each case line on stdin (see the module docstring)."""
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything else printed goes to stderr, not into the replies
-    module, _, name = target.partition(":")
-    fn = getattr(importlib.import_module(module), name)
+    fn = resolve(target)
     for line in sys.stdin:
         if line.strip():
             request = json.loads(line)

@@ -45,10 +45,9 @@ def _module_call(side: str, *, n: int, masked: bool) -> Callable[[], torch.Tenso
         attn = NystromAttention(e, heads=h, dim_head=d, num_landmarks=m, conv_kernel_size=kernel).eval()
         mask = torch.ones(1, n, dtype=torch.bool) if masked else None  # (b, n)
         return lambda: attn(x, mask=mask)
-    from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
+    from nystrom_lab.bench.comparisons import hf_nystrom_self_attention
 
-    cfg = _hf_config(hidden=e, heads=h, layers=1, ffn=4 * e, vocab=8, n=n, m=m, kernel=kernel)
-    attn = NystromformerSelfAttention(cfg).eval()
+    attn = hf_nystrom_self_attention(e, heads=h, landmarks=m, n=n, conv_kernel=kernel).eval()
     bias = torch.zeros(1, 1, 1, n) if masked else None  # (b, 1, 1, n): HF's additive mask of "all real"
     return lambda: attn(x, attention_mask=bias)[0]
 

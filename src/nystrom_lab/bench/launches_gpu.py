@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from pathlib import Path
 import torch
 
 from nystrom_lab.bench.launches_cases import CASES, SIDES, N, build, ours_model
+from nystrom_lab.bench.measure import cuda_median_time_ms
 
 #: profiler event names of host calls that start device work, and of those that wait for the device
 LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch",
@@ -64,21 +64,6 @@ def host_calls(fn: Callable[[], object]) -> dict[str, int]:
     return count_in_range(list(prof.events()))
 
 
-def time_ms(fn: Callable[[], object], *, repeats: int = 20) -> float:
-    """Median milliseconds of ``fn()`` on the current stream (after 3 warm-up calls)."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
-
-
 def measure(case: str, side: str, *, n: int) -> dict:
     """Launches and syncs of one forward (grad mode, as the meta counts) and forward + backward, and the
     inference forward's time."""
@@ -86,7 +71,7 @@ def measure(case: str, side: str, *, n: int) -> dict:
     grad = torch.ones_like(call())  # the first call's one-time work (cuBLAS, Triton) stays out of the counts
     result = {"forward": host_calls(call), "forward_backward": host_calls(lambda: call().backward(grad))}
     with torch.inference_mode():
-        result["forward_ms"] = time_ms(call)
+        result["forward_ms"] = cuda_median_time_ms(call)
     return result
 
 
@@ -102,7 +87,7 @@ def graphed_forward_ms(*, n: int) -> float:
         model, lambda i, m: model(input_ids=i, attention_mask=m).last_hidden_state, buckets=(n,)
     )
     with torch.inference_mode():
-        return time_ms(lambda: run(ids, mask))
+        return cuda_median_time_ms(lambda: run(ids, mask))
 
 
 #: the ``gpu`` tests of the launch work and the GPU suite

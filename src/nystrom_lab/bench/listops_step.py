@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from nystrom.attention import NystromAttention
-from nystrom_lab.bench.attention import _lucid_module
+from nystrom_lab.bench.comparisons import lucidrains_layer
 
 
 class _LucidLayer(nn.Module):
@@ -20,13 +20,12 @@ class _LucidLayer(nn.Module):
 
     def __init__(self, ours: NystromAttention) -> None:
         super().__init__()
-        self.lucid = _lucid_module(
+        self.lucid = lucidrains_layer(
             ours.dim,
-            ours.heads,
-            ours.dim_head,
-            ours.num_landmarks,
-            core_only=False,
-            conv=ours.conv_kernel_size,
+            heads=ours.heads,
+            dim_head=ours.dim_head,
+            landmarks=ours.num_landmarks,
+            conv_kernel=ours.conv_kernel_size,
             dropout=ours.dropout.p,
         )
 

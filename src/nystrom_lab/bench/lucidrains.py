@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from nystrom.compat.lucidrains import NystromAttention
+from nystrom_lab.bench.comparisons import lucidrains_nystrom_attention
 from nystrom_lab.bench.lucidrains_report import render
 
 LENGTHS = (6000, 6144, 10000)
@@ -62,15 +63,16 @@ def _softmax_reference(mod, x: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def main(out: Path | None = None) -> None:
-    from nystrom_attention import NystromAttention as Theirs
-
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads {torch.get_num_threads()}")
+    print(
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, threads {torch.get_num_threads()}"
+    )
     rows = []
     for setting, qk_gain in (("random", 1.0), ("trained-like", 3.0), ("peaked", 8.0)):
         gen = torch.Generator().manual_seed(0)
         torch.manual_seed(0)
-        theirs = Theirs(dim=512, dim_head=64, heads=8, num_landmarks=256, pinv_iterations=PINV_ITERATIONS,
-                         residual=True).eval()  # fmt: skip
+        theirs = lucidrains_nystrom_attention(
+            dim=512, dim_head=64, heads=8, num_landmarks=256, pinv_iterations=PINV_ITERATIONS, residual=True
+        ).eval()
         theirs.to_qkv.weight[:1024] *= qk_gain  # q and k rows: sharper attention
         ours = NystromAttention(512, dim_head=64, heads=8, num_landmarks=256).eval()
         ours.load_state_dict(theirs.state_dict(), strict=True)

@@ -1,5 +1,5 @@
-"""Measurement helpers shared by the benchmarks: timing, peak memory, machine facts, GEMM rate, the child
-process a case runs in.
+"""Measurement helpers shared by the benchmarks: the timing loop of each device, the peak-memory probe,
+machine facts, the GEMM rate (the fresh process a case runs in: :mod:`nystrom_lab.bench.harness`).
 
 Peak memory is the process's resident-set high-water mark (VmHWM) above its level right before the
 measured call; the mark is reset through /proc/self/clear_refs. Callers run each case in a fresh
@@ -11,12 +11,9 @@ names the other setting the training benchmark can run its children under: freed
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -27,6 +24,7 @@ from nystrom_lab.data.records import environment
 from nystrom_lab.docs.markers import replace_section  # noqa: F401 (re-exported: the bench writers use it)
 
 CHILD_ENV = {"PYTHONUNBUFFERED": "1"}
+
 
 def allocator_info(extra_env: dict[str, str]) -> str:
     """A line for the report: the allocator settings the children ran under."""
@@ -56,9 +54,12 @@ def _set_up_onednn() -> None:
             dense(x, w, b, activation_name="gelu")
 
 
-def peak_memory_mb(fn: Callable[[], object]) -> float:
-    """Peak resident memory (MB) used by one call of ``fn`` above the level before it (oneDNN's one-time
-    set-up excluded, like imports)."""
+def peak_memory_mb(fn: Callable[[], object], *, device: str = "cpu") -> float:
+    """Peak memory (MB) used by one call of ``fn`` above the level before it, i.e. beyond its inputs and
+    weights. CPU: the resident-set high-water mark (oneDNN's one-time set-up excluded, like imports);
+    CUDA: the caching allocator's peak of allocated bytes (``fn``'s work synchronised)."""
+    if device == "cuda":
+        return _cuda_peak_memory_mb(fn)
     _set_up_onednn()
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -72,10 +73,28 @@ def peak_memory_mb(fn: Callable[[], object]) -> float:
     return max(0.0, (peak - before) / 1024)  # RSS freed between the reset and `before` is no negative peak
 
 
-def median_time_ms(
-    fn: Callable[[], object], *, repeats: int = 5, budget_s: float = 20.0, warmup: int = 1
-) -> float:
-    """Median wall time (ms) of ``fn`` after ``warmup`` calls; stops early when ``budget_s`` is spent."""
+def _cuda_peak_memory_mb(fn: Callable[[], object]) -> float:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del out
+    return (peak - before) / 2**20
+
+
+def call_times_s(
+    fn: Callable[[], object],
+    *,
+    repeats: int,
+    warmup: int = 0,
+    budget_s: float = float("inf"),
+    sync: Callable[[], object] | None = None,
+) -> list[float]:
+    """Wall times (s) of ``repeats`` calls of ``fn`` after ``warmup`` untimed ones, each timed up to the
+    return of ``sync()`` (a device's synchronize: its queued work counts); stops early, after at least one
+    call, once ``budget_s`` is spent. The one host-clock timing loop of the benchmarks."""
     for _ in range(warmup):
         fn()
     times: list[float] = []
@@ -83,10 +102,36 @@ def median_time_ms(
     while len(times) < repeats:
         t0 = time.perf_counter()
         fn()
+        if sync is not None:
+            sync()
         times.append(time.perf_counter() - t0)
-        if time.perf_counter() - start > budget_s and len(times) >= 1:
+        if time.perf_counter() - start > budget_s:
             break
-    return 1e3 * statistics.median(times)
+    return times
+
+
+def median_time_ms(
+    fn: Callable[[], object], *, repeats: int = 5, budget_s: float = 20.0, warmup: int = 1
+) -> float:
+    """Median wall time (ms) of ``fn`` after ``warmup`` calls; stops early when ``budget_s`` is spent."""
+    return 1e3 * statistics.median(call_times_s(fn, repeats=repeats, warmup=warmup, budget_s=budget_s))
+
+
+def cuda_median_time_ms(fn: Callable[[], object], *, repeats: int = 20, warmup: int = 3) -> float:
+    """Median device time (ms) of ``fn`` on the current CUDA stream, between two CUDA events around each
+    call, after ``warmup`` calls: the GPU's timing loop (the stream's own clock: the host's synchronize
+    latency is not counted)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
 
 
 def median_time_and_gemm_rate(
@@ -128,16 +173,3 @@ def machine_info() -> dict[str, str]:
     text: ``"not installed"`` for a missing package)."""
     env = environment("transformers", "nystrom_attention")
     return {k: "not installed" if v is None else str(v) for k, v in env.items()}
-
-
-def run_child(module: str, args: list[str], *, timeout_s: float, env: dict[str, str] | None = None) -> dict:
-    """Run ``python -m module args`` in a fresh process (``env`` added to this one's); its last stdout line
-    is a JSON dict."""
-    env = {**os.environ, **CHILD_ENV, **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, timeout=timeout_s
-    )
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-3:]
-        return {"error": " | ".join(tail) or f"exit code {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])

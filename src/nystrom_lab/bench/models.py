@@ -19,14 +19,20 @@ is reported with its error, never dropped.
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import time
 
 from nystrom_lab.attention_spec import constructor_default
 
-MODELS = ("ours-nystrom", "ours-nystrom-recompute", "ours-softmax", "hf-nystromformer", "hf-longformer", "hf-bigbird", "hf-bert")
+MODELS = (
+    "ours-nystrom",
+    "ours-nystrom-recompute",
+    "ours-softmax",
+    "hf-nystromformer",
+    "hf-longformer",
+    "hf-bigbird",
+    "hf-bert",
+)
 SIZES = {
     "minilm": {"layers": 6, "hidden": 384, "heads": 12, "ffn": 1536, "vocab": 30522},
     "base": {"layers": 12, "hidden": 768, "heads": 12, "ffn": 3072, "vocab": 30522},
@@ -89,7 +95,9 @@ def build(model: str, *, size: dict, n: int, mode: str):
         cfg._attn_implementation = "sdpa"
         cls = transformers.BertForMaskedLM if train else transformers.BertModel
     else:
-        raise ValueError(f"unknown model {model!r}; choose from {ALL_MODELS}")  # the name first: errors are cut at 200
+        raise ValueError(
+            f"unknown model {model!r}; choose from {ALL_MODELS}"
+        )  # the name first: errors are cut at 200
     return cls(cfg)
 
 
@@ -157,15 +165,15 @@ def _step_begin(model: str) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
-def child_main(argv: list[str]) -> dict:
-    """One case in this fresh process: ``{"s": [seconds per call], "peak_mb"}`` or ``{"error"}``.
+def measure(case: dict) -> dict:
+    """One case in this fresh process: ``{"s": [seconds per call], "peak_mb", "first_call_s"}`` or
+    ``{"error"}``.
 
     ``device`` ``"cuda"`` runs on the GPU (peak = CUDA allocations above the weights and inputs, calls
     synchronised); ``dtype`` ``"bf16"``/``"fp16"`` runs under autocast (fp16 only on a GPU)."""
-    case = json.loads(argv[0])
     import torch
 
-    from nystrom_lab.bench.measure import peak_memory_mb
+    from nystrom_lab.bench.measure import call_times_s, peak_memory_mb
 
     if case.get("threads"):
         torch.set_num_threads(case["threads"])
@@ -177,31 +185,18 @@ def child_main(argv: list[str]) -> dict:
         call = make_call(case["model"], net, n=case["n"], batch=case["batch"], mode=case["mode"], vocab=size["vocab"],
                          device=device)  # fmt: skip
         with torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
-                first = time.perf_counter()
-                call()  # the warm-up measures the memory (graphed: with the capture, compiled: the compile)
-                torch.cuda.synchronize()
-                first = time.perf_counter() - first
-                peak = (torch.cuda.max_memory_allocated() - before) / 2**20
-            else:
-                first = time.perf_counter()
-                peak = peak_memory_mb(call)  # the first call (warm-up) measures the memory
-                first = time.perf_counter() - first
+            first = time.perf_counter()
+            # the first call (warm-up) measures the memory (graphed: with the capture, compiled: the compile)
+            peak = peak_memory_mb(call, device=device.type)
+            first = time.perf_counter() - first
             # more warm-up before the timed calls: reduce-overhead records its graphs on the 2nd/3rd call
-            for _ in range(2 if case["model"] in GRAPHED else 0):
-                call()
-            times = []
-            for _ in range(case["repeats"]):
-                t = time.perf_counter()
-                call()
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t)
+            sync = torch.cuda.synchronize if device.type == "cuda" else None
+            warmup = 2 if case["model"] in GRAPHED else 0
+            times = call_times_s(call, repeats=case["repeats"], warmup=warmup, sync=sync)
     except Exception as err:  # reported in the table (an OOM, a length rule), never dropped
-        return {"error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"}
+        return {
+            "error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200] if str(err).strip() else ''}"
+        }
     return {"s": times, "peak_mb": peak, "first_call_s": first}
 
 
@@ -217,7 +212,3 @@ def summarise(samples: list[dict]) -> dict:
     return {"median_s": statistics.median(per_round), "spread": max(per_round) / min(per_round),
             "peak_mb": max(s["peak_mb"] for s in samples), "rounds": len(samples),
             "first_call_s": max(s.get("first_call_s", 0.0) for s in samples)}  # fmt: skip
-
-
-if __name__ == "__main__":
-    print(json.dumps(child_main(sys.argv[1:])))

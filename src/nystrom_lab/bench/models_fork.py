@@ -8,19 +8,12 @@ Nothing here touches CUDA: each forked case starts its own CUDA context, as Tabl
 
 from __future__ import annotations
 
-import json
-
 import torch  # noqa: F401 (imported once, in the worker)
 import transformers
 
 import nystrom.model  # noqa: F401
-from nystrom_lab.bench.models import child_main
+from nystrom_lab.bench.models import measure  # noqa: F401 (the worker's target: imported with the models)
 
 for _name in ("NystromformerModel", "NystromformerForMaskedLM", "BertModel", "BertForMaskedLM", "LongformerModel",
               "LongformerForMaskedLM", "BigBirdModel", "BigBirdForMaskedLM"):  # fmt: skip
     getattr(transformers, _name)  # transformers imports a model's module on first access
-
-
-def measure(case: dict) -> dict:
-    """One case (:func:`nystrom_lab.bench.models.child_main`'s JSON) in this forked process."""
-    return child_main([json.dumps(case)])

@@ -11,26 +11,13 @@ import time
 from itertools import product
 from pathlib import Path
 
+from nystrom_lab.bench.floors import model_floor_flops
 from nystrom_lab.bench.models import ALL_MODELS, MODELS, MODES, SIZES, refusal, summarise
 from nystrom_lab.bench.models_report import plot, render
 from nystrom_lab.docs.markers import replace_section
 
 #: the transformers models our Nyström model is measured against (the fastest of them in each case)
 OTHERS = ("hf-nystromformer", "hf-longformer", "hf-bigbird")
-MASK_FRACTION = 0.15
-
-
-def floor_flops(size: dict, *, n: int, batch: int, mode: str, m: int = 64) -> float:
-    """FLOPs of our Nyström model's GEMMs: per layer the q/k/v/out projections (4e²) and the FFN (2ef) at
-    every token, the Nyström core (≈ 8·n·m·d per head, e = h·d) and, for training, the MLM head at the
-    masked positions; a training step is 3× the forward (backward = 2× forward)."""
-    e, f, v = size["hidden"], size["ffn"], size["vocab"]
-    per_token = size["layers"] * (2 * (4 * e * e + 2 * e * f) + 8 * m * e)
-    fwd = batch * n * per_token
-    if mode == "inference":
-        return fwd
-    head = batch * n * MASK_FRACTION * 2 * (e * e + e * v)
-    return 3 * (fwd + head)
 
 
 def gemm_rate(size: dict, *, n: int, device: str = "cpu") -> float:
@@ -84,7 +71,8 @@ def run(
 
     from tqdm import tqdm
 
-    from nystrom_lab.bench.measure import machine_info, run_child
+    from nystrom_lab.bench.harness import run_case
+    from nystrom_lab.bench.measure import machine_info
 
     bad = sorted(set(models) - set(ALL_MODELS)) + sorted(set(modes) - set(MODES))
     if bad or size not in SIZES:
@@ -101,14 +89,17 @@ def run(
         samples.setdefault(tuple(key), []).append(res)
     start = time.perf_counter()
     server = None
+    target = "nystrom_lab.bench.models:measure"
     if fork:
         import torch
 
         from nystrom_lab.bench.forkserver import CaseServer
 
-        target = "nystrom_lab.bench.models_fork:measure"
+        target = "nystrom_lab.bench.models_fork:measure"  # the worker imports the models' modules once
         server = CaseServer(target, threads=threads or torch.get_num_threads())
-    bar = tqdm(total=rounds * len(groups) * len(models), desc="bench models", unit="case", disable=not progress)
+    bar = tqdm(
+        total=rounds * len(groups) * len(models), desc="bench models", unit="case", disable=not progress
+    )
     if done:
         bar.write(f"resuming: {len(done)} finished cases read from {partial}")
     for r in range(rounds):
@@ -127,10 +118,8 @@ def run(
                 try:
                     if why:
                         res = {"skipped": why}
-                    elif server is not None:
-                        res = server.run(case, timeout_s=limit)
                     else:
-                        res = run_child("nystrom_lab.bench.models", [json.dumps(case)], timeout_s=limit)
+                        res = run_case(target, case, timeout_s=limit, server=server)
                 except subprocess.TimeoutExpired:
                     res = {"error": f"timed out after {limit:.0f} s"}
                 samples.setdefault(key, []).append(res)
@@ -152,7 +141,9 @@ def run(
               "gemm_gflops": rates, "machine": machine_info(), "wall_s": time.perf_counter() - start,
               "resumed_cases": len(done)}  # fmt: skip
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    replace_section(out_dir / f"{name}.md", "bench-models", render(report), header="")  # `nystrom docs` re-renders it
+    replace_section(
+        out_dir / f"{name}.md", "bench-models", render(report), header=""
+    )  # `nystrom docs` re-renders it
     plot(report, out_dir / f"{name}.png")
     partial.unlink()
     return report
@@ -185,9 +176,10 @@ def _resume(partial: Path, settings: dict) -> dict[tuple, dict]:
             rec = json.loads(line)
             done[(rec["round"], *rec["key"])] = rec["result"]
         except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise ValueError(f"{partial}: unreadable line {line[:80]!r}; delete the file to start anew") from err
+            raise ValueError(
+                f"{partial}: unreadable line {line[:80]!r}; delete the file to start anew"
+            ) from err
     return done
-
 
 
 def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
@@ -205,7 +197,12 @@ def add_ratios(rows: list[dict], size: dict, rates: dict[int, float]) -> None:
                                      "memory": r["peak_mb"] / best["peak_mb"]}  # fmt: skip
         exact = by.get((*key, "ours-softmax"), {})
         if r["model"].startswith("ours-nystrom") and "median_s" in exact:
-            r["vs_ours_exact"] = {"speedup": exact["median_s"] / r["median_s"], "memory": r["peak_mb"] / exact["peak_mb"]}
+            r["vs_ours_exact"] = {
+                "speedup": exact["median_s"] / r["median_s"],
+                "memory": r["peak_mb"] / exact["peak_mb"],
+            }
         if r["model"].startswith("ours-nystrom"):
-            floor = floor_flops(size, n=r["n"], batch=r["batch"], mode=r["mode"]) / (rates[r["n"]] * 1e9)
+            floor = model_floor_flops(size, n=r["n"], batch=r["batch"], mode=r["mode"]) / (
+                rates[r["n"]] * 1e9
+            )
             r["floor_s"], r["x_floor"] = floor, r["median_s"] / floor

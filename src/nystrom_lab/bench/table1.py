@@ -12,7 +12,7 @@ projection, the per-head core, one output projection; dropout 0, no conv skip):
 softmax, @V; ``sdpa`` is our fused exact ``softmax`` variant (PyTorch SDPA); the others come from
 :data:`nystrom.attention.REGISTRY` at the paper's sizes. Each (method, n) case runs in a fresh process,
 forked from one worker that imported torch once (:mod:`nystrom_lab.bench.forkserver`; ``fresh_process``:
-a new interpreter per case, :func:`nystrom_lab.bench.measure.run_child`, seconds slower a case); the first
+a new interpreter per case, seconds slower a case: :func:`nystrom_lab.bench.harness.run_case`); the first
 call measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
 ``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights; then
 the median of ``repeats`` timed calls. One case, its modules and its measurement:
@@ -26,7 +26,6 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,7 +33,8 @@ import torch
 
 from nystrom_lab.bench import table1_external
 from nystrom_lab.bench.forkserver import CaseServer
-from nystrom_lab.bench.measure import machine_info, replace_section, run_child
+from nystrom_lab.bench.harness import run_case
+from nystrom_lab.bench.measure import machine_info, replace_section
 from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the tests and callers import them here)
     DTYPES,
     EXACT,
@@ -42,9 +42,7 @@ from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the test
     MaterializedSoftmaxAttention,
     build_case,
     build_module,
-    case_args,
     check_device,
-    child_main,
 )
 from nystrom_lab.bench.table1_report import DEFAULT_METHODS, PAPER_NOTE, plot, render, report, setting  # noqa: F401 (re-exported)
 
@@ -96,10 +94,7 @@ def _skip(
 
 def _measure(server: CaseServer | None, case: dict, timeout_s: float = CASE_TIMEOUT_S) -> dict:
     """``{"ms", "peak_mb"}`` or ``{"error"}`` of one case: forked by ``server``, or in a new interpreter."""
-    if server is not None:
-        return server.run(case, timeout_s=timeout_s)
-    args = [case["method"], str(case["n"]), *case_args(case)]
-    return run_child("nystrom_lab.bench.table1_case", args, timeout_s=timeout_s)
+    return run_case(_TARGET, case, timeout_s=timeout_s, server=server)
 
 
 def run(
@@ -196,7 +191,3 @@ def run(
     if markdown is not None:
         replace_section(markdown, "table1" if not backward else "table1-fwdbwd", body)
     return rows
-
-
-if __name__ == "__main__":
-    child_main(sys.argv[1:])

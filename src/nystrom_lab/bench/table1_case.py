@@ -3,8 +3,7 @@
 Legend: b batch, h heads, n tokens, d head dim, e = h·d model width.
 
 :func:`measure` runs one (method, n) case; the driver (:mod:`nystrom_lab.bench.table1`) calls it in a fresh
-process per case, forked from one worker (:mod:`nystrom_lab.bench.forkserver`), or, with ``fresh_process``,
-through ``python -m nystrom_lab.bench.table1_case METHOD N ...`` (:func:`child_main`). The first call
+process per case (:func:`nystrom_lab.bench.harness.run_case`). The first call
 measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
 ``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights, and
 doubles as the warm-up; then the median of ``repeats`` timed calls.
@@ -12,10 +11,7 @@ doubles as the warm-up; then the median of ``repeats`` timed calls.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 
 import torch
 
@@ -98,16 +94,6 @@ def build_case(
     return fwdbwd
 
 
-def _cuda_peak_mb(fn) -> float:
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    out = fn()
-    peak = torch.cuda.max_memory_allocated()
-    del out
-    return (peak - before) / 2**20
-
-
 def check_device(device: str) -> None:
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
@@ -135,37 +121,6 @@ def measure(case: dict) -> dict:
         device=case["device"],
         backward=case["backward"],
     )
-    mem = _cuda_peak_mb(fn) if case["device"] == "cuda" else peak_memory_mb(fn)  # doubles as the warm-up
+    mem = peak_memory_mb(fn, device=case["device"])  # doubles as the warm-up
     ms = median_time_ms(fn, repeats=case["repeats"], budget_s=case["budget"], warmup=0)
     return {"ms": ms, "peak_mb": mem}
-
-
-def child_main(argv: list[str]) -> dict:
-    """Entry point of one fresh-process case; prints and returns ``{"ms", "peak_mb"}``."""
-    p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.table1_case")
-    p.add_argument("method", choices=list(METHODS))
-    p.add_argument("n", type=int)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--dim-head", type=int, default=64)
-    p.add_argument("--dtype", default="float32", choices=DTYPES)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    p.add_argument("--backward", action="store_true")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--budget", type=float, default=20.0)
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
-    res = measure(vars(p.parse_args(argv)))
-    print(json.dumps(res))
-    return res
-
-
-def case_args(case: dict) -> list[str]:
-    """The command-line options of :func:`child_main` for ``case``'s settings (all but method and n)."""
-    args = ["--batch", str(case["batch"]), "--heads", str(case["heads"]), "--dim-head", str(case["dim_head"])]
-    args += ["--dtype", case["dtype"], "--device", case["device"], "--repeats", str(case["repeats"])]
-    args += ["--budget", str(case["budget"]), "--threads", str(case["threads"])]
-    return args + (["--backward"] if case["backward"] else [])
-
-
-if __name__ == "__main__":
-    child_main(sys.argv[1:])

@@ -22,9 +22,12 @@ transformers' and lucidrains' modules run in bf16/fp16 under autocast (:data:`AU
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 
 import torch
 from torch import nn
+
+from nystrom_lab.bench.comparisons import HFSelfAttention, lucidrains_nystrom_attention
 
 #: registry names of :data:`nystrom_lab.bench.table1_report.METHODS` built here -> the package each needs
 NEEDS = {"hf-nystromformer": "transformers", "lucidrains": "nystrom_attention", "transmil": None,
@@ -57,31 +60,11 @@ def missing(name: str) -> str | None:
     return f"{package} not importable here (not installed; no network to install it)"
 
 
-class HFSelfAttention(nn.Module):
-    """transformers' ``NystromformerSelfAttention`` + an output projection: (b, n, e) -> (b, n, e)."""
-
-    def __init__(self, e: int, *, heads: int, n: int, num_landmarks: int) -> None:
-        super().__init__()
-        from transformers import NystromformerConfig
-        from transformers.models.nystromformer.modeling_nystromformer import NystromformerSelfAttention
-
-        if n % num_landmarks:
-            raise ValueError(f"transformers' Nyström needs n a multiple of m = {num_landmarks}, got n = {n}")
-        cfg = NystromformerConfig(hidden_size=e, num_attention_heads=heads, num_landmarks=num_landmarks,
-                                  segment_means_seq_len=n, attention_probs_dropout_prob=0.0)  # fmt: skip
-        self.attn = NystromformerSelfAttention(cfg)
-        self.attn.conv_kernel_size = None  # no conv skip (its config field refuses None in transformers 5)
-        del self.attn.conv
-        self.out = nn.Linear(e, e)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.attn(x)[0])
-
-
 class TransLayer(nn.Module):
-    """TransMIL's layer: ``x + attn(norm(x))``, ``attn`` lucidrains' ``NystromAttention`` API."""
+    """TransMIL's layer: ``x + attn(norm(x))``, ``attn`` built by ``attention`` with lucidrains'
+    ``NystromAttention`` keywords (our drop-in class, or :func:`~nystrom_lab.bench.comparisons.lucidrains_nystrom_attention`)."""
 
-    def __init__(self, attention: type, e: int, *, heads: int, dim_head: int) -> None:
+    def __init__(self, attention: Callable[..., nn.Module], e: int, *, heads: int, dim_head: int) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(e)
         self.attn = attention(dim=e, dim_head=dim_head, heads=heads, num_landmarks=256, pinv_iterations=6,
@@ -98,17 +81,13 @@ def build(name: str, *, n: int, heads: int, dim_head: int, opts: dict) -> nn.Mod
         raise ImportError(why)
     e = heads * dim_head
     if name == "hf-nystromformer":
-        return HFSelfAttention(e, heads=heads, n=n, **opts)
+        return HFSelfAttention(e, heads=heads, landmarks=opts["num_landmarks"], n=n)
     if name == "lucidrains":
-        from nystrom_attention import NystromAttention
-
-        return NystromAttention(dim=e, dim_head=dim_head, heads=heads, **opts)
+        return lucidrains_nystrom_attention(dim=e, dim_head=dim_head, heads=heads, **opts)
     if name == "transmil":
         from nystrom.compat.lucidrains import NystromAttention as Ours
 
         return TransLayer(Ours, e, heads=heads, dim_head=dim_head)
     if name == "transmil-lucidrains":
-        from nystrom_attention import NystromAttention as Theirs
-
-        return TransLayer(Theirs, e, heads=heads, dim_head=dim_head)
+        return TransLayer(lucidrains_nystrom_attention, e, heads=heads, dim_head=dim_head)
     raise ValueError(f"not an external module: {name!r}; choose from {list(NEEDS)}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,9 @@ import torch
 from torch import nn
 
 from nystrom.attention import NystromAttention, SoftmaxAttention
-from nystrom_lab.bench.attention import _hf_module, _lucid_module
+from nystrom_lab.bench.comparisons import HFSelfAttention, lucidrains_layer
+from nystrom_lab.bench.floors import attention_layer_training_floor_ms
+from nystrom_lab.bench.harness import run_case
 from nystrom_lab.bench.listops_step import listops_step
 from nystrom_lab.bench.measure import (
     allocator_info,
@@ -36,7 +37,6 @@ from nystrom_lab.bench.measure import (
     malloc_env,
     peak_memory_mb,
     replace_section,
-    run_child,
 )
 from nystrom_lab.bench.training_report import QUICK, REGIMES, plot, report
 
@@ -61,11 +61,9 @@ def build_module(impl: str, regime: dict, n: int) -> nn.Module:
     elif impl == "sdpa":
         mod = SoftmaxAttention(e, heads=h, dim_head=d, dropout=p)  # exact: no conv skip
     elif impl == "hf":
-        if n % m:
-            raise ValueError(f"HF's Nystromformer needs n divisible by m (n={n}, m={m})")
-        mod = _hf_module(e, h, m, n, core_only=False, conv=conv, dropout=p)
+        mod = HFSelfAttention(e, heads=h, landmarks=m, n=n, conv_kernel=conv, dropout=p)
     else:
-        mod = _lucid_module(e, h, d, m, core_only=False, conv=conv, dropout=p)
+        mod = lucidrains_layer(e, heads=h, dim_head=d, landmarks=m, conv_kernel=conv, dropout=p)
     return mod.train()
 
 
@@ -156,22 +154,6 @@ def memory_case(impl: str, regime_name: str, n: int, *, quick: bool) -> dict:
     return {"peak_mb": peak_memory_mb(lambda: _fwd_bwd(mod, x, g))}
 
 
-def floor_ms(regime: dict, n: int, gflops: float) -> float:
-    """FLOP floor of our layer's forward + backward: projections 24·n·e², core 28·n·m·e, conv 6·K·n·e,
-    and the m×m part 144·m³·h.
-
-    Projections (q/k/v and output): 8·n·e² forward, twice that backward (input and weight gradients).
-    Core: 4 n×m×d GEMMs forward (8·n·m·d per head), 10 backward (two recomputed score products, and
-    dV, dP, dQ, dK for each of the two softmax kernels: 20·n·m·d). The iterative pseudo-inverse: 6
-    iterations of 4 m×m products (48·m³ per head forward, twice that backward); negligible at m = 64
-    (0.3 GFLOP), a fifth of the floor at TransMIL's m = 256 (19 GFLOP), and the same for every
-    implementation of the method.
-    """
-    e, m, k, h = regime["h"] * regime["d"], regime["m"], regime["conv"] or 0, regime["h"]
-    flops = 24 * n * e * e + 28 * n * m * e + 6 * k * n * e + 144 * m**3 * h
-    return flops / (gflops * 1e9) * 1e3
-
-
 def listops_case(*, rounds: int, warmup: int, quick: bool) -> dict:
     batch, length = (2, 64) if quick else (32, 2000)
     calls = {a: listops_step(a, batch=batch, length=length) for a in ("nystrom", "lucidrains")}
@@ -186,18 +168,18 @@ def listops_case(*, rounds: int, warmup: int, quick: bool) -> dict:
 CASES = {"time": time_case, "memory": memory_case, "listops": listops_case}
 
 
-def child_main(argv: list[str]) -> None:
-    """``python -m nystrom_lab.bench.training JSON``: one case in this fresh process, a JSON line out."""
-    spec = json.loads(argv[0])
-    print(json.dumps(CASES[spec.pop("kind")](**spec)))
+def measure(case: dict) -> dict:
+    """One case of kind ``case["kind"]`` (a key of :data:`CASES`; the rest are its options)."""
+    spec = dict(case)
+    return CASES[spec.pop("kind")](**spec)
 
 
 def _case(kind: str, quick: bool, env: dict[str, str], **spec) -> dict:
     """A case in a fresh process under ``env`` (in this one under ``quick``)."""
     if quick:
         return CASES[kind](**spec, quick=True)
-    args = [json.dumps({"kind": kind, **spec, "quick": False})]
-    return run_child("nystrom_lab.bench.training", args, timeout_s=3600, env=env)
+    case = {"kind": kind, **spec, "quick": False}
+    return run_case("nystrom_lab.bench.training:measure", case, timeout_s=3600, env=env)
 
 
 def run(
@@ -233,7 +215,9 @@ def run(
     floors: list[dict] = []
     bar = tqdm(total=len(cases) * (1 + len(impls)) + listops, desc="training bench", disable=quick)
     for reg, n in cases:
-        timed = _case("time", quick, env, regime_name=reg, n=n, impls=list(impls), rounds=rounds, warmup=warmup)
+        timed = _case(
+            "time", quick, env, regime_name=reg, n=n, impls=list(impls), rounds=rounds, warmup=warmup
+        )
         bar.update()
         results = timed.get("results", {i: {"error": timed.get("error", "no result")} for i in impls})
         for impl in impls:
@@ -244,9 +228,8 @@ def run(
             rows.append(row)
         if "gemm_gflops" in timed:
             rate = timed["gemm_gflops"]
-            floors.append(
-                {"regime": reg, "n": n, "gflops": rate, "floor_ms": floor_ms(_regime(reg, quick), n, rate)}
-            )
+            floor = attention_layer_training_floor_ms(_regime(reg, quick), n, rate)
+            floors.append({"regime": reg, "n": n, "gflops": rate, "floor_ms": floor})
     steps = _case("listops", quick, env, rounds=rounds, warmup=warmup) if listops else None
     bar.update(int(listops))
     bar.close()
@@ -254,7 +237,13 @@ def run(
     info["allocator"] = allocator_info(env)
     if quick:
         info["note"] = "; --quick: toy sizes, one process"
-    data = {"info": info, "rows": rows, "floors": floors, "listops": steps, "regimes": QUICK if quick else REGIMES}
+    data = {
+        "info": info,
+        "rows": rows,
+        "floors": floors,
+        "listops": steps,
+        "regimes": QUICK if quick else REGIMES,
+    }
     text = report(data, suffix=suffix)
     print(text)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -263,7 +252,3 @@ def run(
     if markdown is not None:
         replace_section(markdown, f"bench-training{suffix.replace('_', '-')}", text)
     return data
-
-
-if __name__ == "__main__":
-    child_main(sys.argv[1:])

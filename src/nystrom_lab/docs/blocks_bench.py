@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from nystrom_lab.bench import approx_report, attention_report, table1_report, training_report
+from nystrom_lab.bench.floors import attention_core_floor_ms
 from nystrom_lab.docs.block import Block
 from nystrom_lab.docs.data import read_csv, read_json
 
@@ -43,7 +44,7 @@ def attention_targets(rows_csv: Path, meta_json: Path) -> str:
 
     big, small = 65536, 16384
     ours = get[("nystrom", "core", big)]
-    floor = attention_report.floor_ms(
+    floor = attention_core_floor_ms(
         big, landmarks=settings["landmarks"], dim_head=settings["dim_head"], heads=settings["heads"],
         gflops=ours["gemm_gflops"],
     )  # fmt: skip

@@ -7,24 +7,25 @@ import json
 
 import pytest
 
-from nystrom_lab.bench.models import MODELS, SIZES, child_main
-from nystrom_lab.bench.models_run import add_ratios, floor_flops, render, run
+from nystrom_lab.bench.floors import model_floor_flops
+from nystrom_lab.bench.models import MODELS, SIZES, measure
+from nystrom_lab.bench.models_run import add_ratios, render, run
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_runs_both_modes_at_a_tiny_size(model):
     for mode in ("inference", "train"):
-        res = child_main([json.dumps({"model": model, "mode": mode, "n": 128, "batch": 2, "size": "tiny", "repeats": 1})])
+        res = measure({"model": model, "mode": mode, "n": 128, "batch": 2, "size": "tiny", "repeats": 1})
         assert "error" not in res, res
         assert len(res["s"]) == 1 and res["s"][0] > 0 and res["peak_mb"] >= 0
 
 
 def test_a_failing_case_reports_its_error():
-    res = child_main([json.dumps({"model": "ours-nystrom", "mode": "inference", "n": 128, "batch": 1,
-                                  "size": "tiny", "repeats": 1, "max_positions": 64})])  # fmt: skip
+    res = measure({"model": "ours-nystrom", "mode": "inference", "n": 128, "batch": 1,
+                   "size": "tiny", "repeats": 1, "max_positions": 64})  # fmt: skip
     assert "error" not in res  # unknown keys of a case are ignored; the model's table holds n positions
-    res = child_main([json.dumps({"model": "nope", "mode": "inference", "n": 128, "batch": 1, "size": "tiny",
-                                  "repeats": 1})])  # fmt: skip
+    res = measure({"model": "nope", "mode": "inference", "n": 128, "batch": 1, "size": "tiny",
+                   "repeats": 1})  # fmt: skip
     assert res["error"].startswith("ValueError: unknown model 'nope'; choose from ('ours-nystrom',")
 
 
@@ -72,11 +73,11 @@ def test_ratios_and_floor_by_hand():
     ours = rows[0]
     assert ours["vs_fastest_other"] == {"model": "hf-nystromformer", "speedup": 2.5, "memory": 0.5}
     assert ours["vs_ours_exact"] == {"speedup": 3.0, "memory": pytest.approx(2 / 3)}
-    flops = floor_flops(size, n=4096, batch=1, mode="train")
+    flops = model_floor_flops(size, n=4096, batch=1, mode="train")
     assert ours["floor_s"] == pytest.approx(flops / 100e9) and ours["x_floor"] == pytest.approx(2.0 / ours["floor_s"])
     # 6 layers × 4096 tokens × 2·(4·384² + 2·384·1536) = 87.0 GFLOP of projections and FFN, plus the Nyström
     # core 6 × 4096 × 8·64·384 = 4.8 GFLOP: the ≈ 92 GFLOP forward of the whole-model benchmark's estimate
-    assert floor_flops(size, n=4096, batch=1, mode="inference") == pytest.approx(91.8e9, rel=1e-3)
+    assert model_floor_flops(size, n=4096, batch=1, mode="inference") == pytest.approx(91.8e9, rel=1e-3)
     text = render({"size": "minilm", "dtype": "fp32", "rounds": 1, "repeats": 1, "rows": rows,
                    "machine": {"cpu": "x", "threads": 2, "torch": "t", "transformers": "t"}})  # fmt: skip
     assert "MemoryError: x" in text and "2.50× faster, 0.50× memory (hf-nystromformer)" in text

@@ -56,21 +56,11 @@ def test_materialized_baseline_matches_fused_softmax():
 
 
 def test_child_entry_point_runs_one_case(capsys):
-    res = table1.child_main(
-        [
-            "nystrom-32",
-            "96",
-            "--heads",
-            "2",
-            "--dim-head",
-            "8",
-            "--repeats",
-            "1",
-            "--budget",
-            "1",
-            "--backward",
-        ]
-    )
+    from nystrom_lab.bench.harness import main
+
+    case = {"method": "nystrom-32", "n": 96, "batch": 1, "heads": 2, "dim_head": 8, "dtype": "float32"}
+    case |= {"device": "cpu", "backward": True, "repeats": 1, "budget": 1.0, "threads": 0}
+    res = main([table1._TARGET, json.dumps(case)])
     assert res["ms"] > 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == res
 
@@ -157,12 +147,11 @@ def test_forked_case_measures_memory_as_a_fresh_process():
     """The worker's mapped library pages are mapped again in a forked case: without that, this case's
     peak read 12.9 MB forked vs 9.8 MB in a fresh interpreter (code pages faulted in again)."""
     from nystrom_lab.bench.forkserver import CaseServer
-    from nystrom_lab.bench.measure import run_child
-    from nystrom_lab.bench.table1_case import case_args
+    from nystrom_lab.bench.harness import run_case
 
     case = {"method": "nystrom-32", "n": 128, "batch": 1, "heads": 2, "dim_head": 8, "dtype": "float32"}
     case |= {"device": "cpu", "backward": False, "repeats": 1, "budget": 0.5, "threads": 0}
-    fresh = run_child("nystrom_lab.bench.table1_case", ["nystrom-32", "128", *case_args(case)], timeout_s=300)
+    fresh = run_case(table1._TARGET, case, timeout_s=300)
     with CaseServer(table1._TARGET, threads=torch.get_num_threads()) as server:
         forked = [server.run(case, timeout_s=300)["peak_mb"] for _ in range(2)]
     assert all(abs(f - fresh["peak_mb"]) < 1.0 for f in forked), (fresh, forked)
@@ -318,10 +307,10 @@ def test_malloc_cached_reuses_mapped_memory(monkeypatch):
 
 
 def test_training_floor_counts_projections_core_conv_and_pinv():
-    from nystrom_lab.bench.training import floor_ms
+    from nystrom_lab.bench.floors import attention_layer_training_floor_ms
 
     n, e = 4096, 512
     for m in (64, 256):
         regime = dict(h=8, d=64, m=m, conv=33)
         flops = 24 * n * e * e + 28 * n * m * e + 6 * 33 * n * e + 6 * 4 * 2 * m**3 * 8 * 3  # pinv: fwd + 2x bwd
-        assert floor_ms(regime, n, 100.0) == pytest.approx(flops / 1e11 * 1e3)
+        assert attention_layer_training_floor_ms(regime, n, 100.0) == pytest.approx(flops / 1e11 * 1e3)
