@@ -61,7 +61,7 @@ stage() {  # stage NAME BUDGET STAGE [ARGS...]: its deadline (≤ what is left),
   [ "$budget" -gt "$left" ] && budget=$left
   if [ "$budget" -lt 5 ]; then echo "$name skipped: out of time" | tee -a "$LOG"; return; fi
   echo "== $name (budget ${budget} s, at $((SECONDS - T0)) s)"
-  timeout -k 5 $((budget + 10)) $PY -m nystrom_lab.bench.gpu_bench "$what" "$OUT" "$@" --budget "$budget" \
+  timeout -k 5 $((budget + 10)) $PY -m nystrom_lab.bench.gpu.driver "$what" "$OUT" "$@" --budget "$budget" \
     "${QUICK[@]}" "${DRYARG[@]}" 2>&1 | grep -v "it/s\]" | tail -40
   local rc=${PIPESTATUS[0]}
   echo "$name rc=$rc $((SECONDS - t)) s" | tee -a "$LOG"

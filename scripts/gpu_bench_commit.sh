@@ -8,4 +8,4 @@ OUT=${1:-/tmp/gpu-bench}
 shift || true
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src:$PWD/tests${PYTHONPATH:+:$PYTHONPATH}"
-${PYTHON:-python3} -m nystrom_lab.bench.gpu_bench commit "$OUT" "$@"
+${PYTHON:-python3} -m nystrom_lab.bench.gpu.driver commit "$OUT" "$@"

@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_device_option(d, help_="auto (the default) or cpu: the demo times the CPU; cuda is refused")
     d.set_defaults(func=_cmd_demo)
 
-    from nystrom_lab.bench.approx_commands import register as register_approx
+    from nystrom_lab.bench.approx.commands import register as register_approx
     from nystrom_lab.bench.bench_commands import register as register_bench
     from nystrom_lab.data.lra.commands import register as register_data
     from nystrom_lab.docs.commands import register as register_docs

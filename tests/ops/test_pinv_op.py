@@ -117,7 +117,7 @@ def test_the_op_keeps_float64_under_autocast():
 
 
 def test_one_op_forward_on_the_meta_device():
-    from nystrom_lab.bench.launches import count_call
+    from nystrom_lab.bench.launches.count import count_call
 
     a = torch.randn(1, 12, 64, 64, device="meta", requires_grad=True)
     counts = count_call(lambda: iterative_pinv(a, 6), backward=True)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nystrom_lab.bench import approx_report, attention_report, table1_report, training_report
+from nystrom_lab.bench.approx import report as approx_report
+from nystrom_lab.bench.core import report as core_report
 from nystrom_lab.bench.floors import attention_core_floor_ms
+from nystrom_lab.bench.table1 import report as table1_report
+from nystrom_lab.bench.training import report as training_report
 from nystrom_lab.docs.block import Block
 from nystrom_lab.docs.data import read_csv, read_json
 
@@ -20,7 +23,7 @@ ATTENTION = ("docs/bench_attention.csv", "docs/bench_attention.json")
 def attention(rows_csv: Path, meta_json: Path) -> str:
     """The core benchmark's tables (``nystrom bench core``)."""
     meta = read_json(meta_json)
-    return attention_report.render(read_csv(rows_csv), meta["info"], **meta["settings"])
+    return core_report.render(read_csv(rows_csv), meta["info"], **meta["settings"])
 
 
 def attention_targets(rows_csv: Path, meta_json: Path) -> str:
@@ -101,7 +104,7 @@ def approx(rows_csv: Path, run_json: Path) -> str:
 
 def compile_table(path: Path) -> str:
     """Eager vs ``torch.compile`` (``python -m nystrom_lab.bench.compile``'s table)."""
-    from nystrom_lab.bench.compile_report import render
+    from nystrom_lab.bench.compile.report import render
 
     return render(read_json(path)["rows"])
 
@@ -122,7 +125,7 @@ def mkl_onednn(path: Path) -> str:
 
 def lucidrains_parity(path: Path) -> str:
     """Our compat layer against lucidrains' on TransMIL's layer (``python -m nystrom_lab.bench.lucidrains``)."""
-    from nystrom_lab.bench.lucidrains_report import render
+    from nystrom_lab.bench.lucidrains.report import render
 
     return render(read_json(path)["rows"])
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nystrom_lab.bench.models_report import cases, compare_table
+from nystrom_lab.bench.models.report import cases, compare_table
 from nystrom_lab.docs.block import Block
 from nystrom_lab.docs.data import read_json
 

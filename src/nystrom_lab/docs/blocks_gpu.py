@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nystrom_lab.bench.models import ALL_MODELS, MODELS
-from nystrom_lab.bench.models_report import cases, compare_table
-from nystrom_lab.bench.table1_report import num
+from nystrom_lab.bench.models.cases import ALL_MODELS, MODELS
+from nystrom_lab.bench.models.report import cases, compare_table
+from nystrom_lab.bench.table1.report import num
 from nystrom_lab.docs.block import Block
 from nystrom_lab.docs.data import read_csv, read_json
 from nystrom_lab.docs.gpu_run import (

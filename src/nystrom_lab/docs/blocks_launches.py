@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nystrom_lab.bench.launches_report import before_after, render
+from nystrom_lab.bench.launches.report import before_after, render
 from nystrom_lab.docs.block import Block
 from nystrom_lab.docs.data import read_json
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from nystrom_lab.bench.models import MODELS
-from nystrom_lab.bench.models_report import cases, compare_table, render
+from nystrom_lab.bench.models.cases import MODELS
+from nystrom_lab.bench.models.report import cases, compare_table, render
 from nystrom_lab.docs.block import Block
 from nystrom_lab.docs.data import read_json
 

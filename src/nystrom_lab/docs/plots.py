@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nystrom_lab.bench import approx_report, models_report, table1_report, training_report
+from nystrom_lab.bench.approx import report as approx_report
+from nystrom_lab.bench.models import report as models_report
+from nystrom_lab.bench.table1 import report as table1_report
+from nystrom_lab.bench.training import report as training_report
 from nystrom_lab.docs import where_nystrom_wins
 from nystrom_lab.docs.data import read_csv, read_json
 from nystrom_lab.docs.gpu_run import TABLES

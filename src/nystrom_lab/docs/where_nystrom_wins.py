@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from nystrom_lab.bench.models import SIZES
+from nystrom_lab.bench.models.cases import SIZES
 from nystrom_lab.docs.data import read_csv, read_json
 from nystrom_lab.docs.gpu_run import ENV, MODELS_RUN, PROVENANCE, TABLES, crossing_of, run_info
 

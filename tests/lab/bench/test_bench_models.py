@@ -8,8 +8,8 @@ import json
 import pytest
 
 from nystrom_lab.bench.floors import model_floor_flops
-from nystrom_lab.bench.models import MODELS, SIZES, measure
-from nystrom_lab.bench.models_run import add_ratios, render, run
+from nystrom_lab.bench.models.cases import MODELS, SIZES, measure
+from nystrom_lab.bench.models.driver import add_ratios, render, run
 
 
 @pytest.mark.parametrize("model", MODELS)

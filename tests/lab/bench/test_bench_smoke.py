@@ -8,9 +8,10 @@ import torch
 
 from nystrom.attention import SoftmaxAttention
 from nystrom_lab.argtypes import UsageError
-from nystrom_lab.bench import approx, table1
-from nystrom_lab.bench.approx_commands import register as register_approx
+from nystrom_lab.bench.approx import driver as approx
+from nystrom_lab.bench.approx.commands import register as register_approx
 from nystrom_lab.bench.bench_commands import register
+from nystrom_lab.bench.table1 import driver as table1
 
 
 def _row(method, n, mb, ms):
@@ -237,7 +238,7 @@ def test_commands_parse_and_reject_foreign_options():
 
 
 def test_training_bench_quick_writes_tables_plot_and_ratios(tmp_path):
-    from nystrom_lab.bench import training
+    from nystrom_lab.bench.training import driver as training
 
     md = tmp_path / "benchmarks.md"
     args = _parse(["bench", "training", "--quick", "--out", str(tmp_path)])

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from nystrom_lab.bench import gpu_bench, table1
-from nystrom_lab.bench.models_run import run as run_models
-from nystrom_lab.bench.table1_case import measure
+from nystrom_lab.bench.gpu import driver as gpu_bench
+from nystrom_lab.bench.models.driver import run as run_models
+from nystrom_lab.bench.table1 import driver as table1
+from nystrom_lab.bench.table1.case import measure
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -55,7 +56,7 @@ def test_graphed_models_on_the_cpu_are_reported_skipped_with_a_reason(tmp_path):
     why = {(r["model"], r["mode"]): r["skipped"] for r in report["rows"]}
     assert len(why) == 4 and all("needs a CUDA device" in w for w in why.values())
     assert "skipped: ours-nystrom-graphed" in (tmp_path / "g.md").read_text()
-    from nystrom_lab.bench.models import refusal
+    from nystrom_lab.bench.models.cases import refusal
 
     assert "inference only" in refusal("ours-nystrom-graphed", "train", "cuda")
     assert refusal("ours-nystrom-compiled", "train", "cuda") is None

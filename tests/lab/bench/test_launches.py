@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nystrom_lab.bench.launches import count_call, counting
-from nystrom_lab.bench.launches_cases import measure
+from nystrom_lab.bench.launches.cases import measure
+from nystrom_lab.bench.launches.count import count_call, counting
 from nystrom_lab.cli import main
 
 
@@ -120,7 +120,7 @@ def test_the_gpu_count_keeps_the_profilers_own_sync_apart():
     """On CUDA the profiler synchronises when it stops: syncs outside the measured range are its own."""
     from types import SimpleNamespace
 
-    from nystrom_lab.bench.launches_gpu import MEASURED, count_in_range
+    from nystrom_lab.bench.launches.gpu import MEASURED, count_in_range
 
     def event(name, start, end=None):
         return SimpleNamespace(
@@ -195,7 +195,7 @@ def test_launch_targets_for_the_minilm_size_model_on_the_accelerator_path():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_the_gpu_check_refuses_without_cuda(tmp_path):
-    from nystrom_lab.bench import launches_gpu
+    from nystrom_lab.bench.launches import gpu as launches_gpu
 
     with pytest.raises(SystemExit, match="CUDA"):
         launches_gpu.main([str(tmp_path)])
@@ -204,7 +204,7 @@ def test_the_gpu_check_refuses_without_cuda(tmp_path):
 
 @pytest.mark.gpu
 def test_real_launches_of_our_module_on_cuda_have_no_host_sync():
-    from nystrom_lab.bench import launches_gpu
+    from nystrom_lab.bench.launches import gpu as launches_gpu
 
     ours = launches_gpu.measure("module-mask", "ours", n=1024)
     hf = launches_gpu.measure("module-mask", "hf", n=1024)

@@ -228,7 +228,7 @@ def test_the_approx_ranges_are_those_of_the_bundled_minilm():
     import json
 
     from nystrom.model import minilm_path
-    from nystrom_lab.bench.approx_commands import MINILM_HEADS, MINILM_LAYERS
+    from nystrom_lab.bench.approx.commands import MINILM_HEADS, MINILM_LAYERS
 
     cfg = json.loads((minilm_path() / "config.json").read_text())
     assert (cfg["num_hidden_layers"], cfg["num_attention_heads"]) == (MINILM_LAYERS, MINILM_HEADS)

@@ -1,4 +1,4 @@
-"""Markdown and PNG of ``nystrom bench models`` (see :mod:`nystrom_lab.bench.models_run`).
+"""Markdown and PNG of ``nystrom bench models`` (see :mod:`nystrom_lab.bench.models.driver`).
 
 Legend: b batch, n tokens.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nystrom_lab.bench.models import ALL_MODELS, MODES
+from nystrom_lab.bench.models.cases import ALL_MODELS, MODES
 
 #: column headings of the comparison tables (docs/benchmarks.md), in :data:`MODELS` order
 LABELS = {

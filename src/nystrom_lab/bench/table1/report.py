@@ -1,4 +1,4 @@
-"""Markdown report of the paper's Table 1 (``nystrom bench``, see :mod:`nystrom_lab.bench.table1`).
+"""Markdown report of the paper's Table 1 (``nystrom bench``, see :mod:`nystrom_lab.bench.table1.driver`).
 
 Legend: b batch, h heads, n tokens, d head dim, e = h·d model width.
 
@@ -20,7 +20,7 @@ METHODS: dict[str, tuple[str, str, dict]] = {
     "nystrom-32": ("Nyströmformer-32", "nystrom", {"num_landmarks": 32, "conv_kernel_size": None}),
     "performer-256": ("Performer-256", "performer", {"num_features": 256}),
     "reformer-2": ("Reformer-2", "reformer", {"n_hashes": 2, "bucket_size": 64}),
-    # outside our registry (nystrom_lab.bench.table1_external): not run unless asked for
+    # outside our registry (nystrom_lab.bench.table1.outside_modules): not run unless asked for
     "hf-nystrom-64": ("transformers Nyströmformer-64", "hf-nystromformer", {"num_landmarks": 64}),
     "lucidrains-64": ("lucidrains Nyström-64", "lucidrains", {"num_landmarks": 64, "pinv_iterations": 6, "residual": False}),
     "transmil": ("TransMIL layer (ours, m=256)", "transmil", {}),

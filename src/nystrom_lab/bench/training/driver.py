@@ -30,7 +30,6 @@ from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom_lab.bench.comparisons import HFSelfAttention, lucidrains_layer
 from nystrom_lab.bench.floors import attention_layer_training_floor_ms
 from nystrom_lab.bench.harness import run_case
-from nystrom_lab.bench.listops_step import listops_step
 from nystrom_lab.bench.measure import (
     allocator_info,
     machine_info,
@@ -38,7 +37,8 @@ from nystrom_lab.bench.measure import (
     peak_memory_mb,
     replace_section,
 )
-from nystrom_lab.bench.training_report import QUICK, REGIMES, plot, report
+from nystrom_lab.bench.training.listops_step import listops_step
+from nystrom_lab.bench.training.report import QUICK, REGIMES, plot, report
 
 IMPLS = ("nystrom", "nystrom-recompute", "hf", "lucidrains", "sdpa")
 MAX_SDPA_N = 16384  # exact attention is O(n²): 64k tokens take minutes per call
@@ -179,7 +179,7 @@ def _case(kind: str, quick: bool, env: dict[str, str], **spec) -> dict:
     if quick:
         return CASES[kind](**spec, quick=True)
     case = {"kind": kind, **spec, "quick": False}
-    return run_case("nystrom_lab.bench.training:measure", case, timeout_s=3600, env=env)
+    return run_case("nystrom_lab.bench.training.driver:measure", case, timeout_s=3600, env=env)
 
 
 def run(

@@ -7,7 +7,7 @@ Legend: h heads, n tokens, d head dim, m budget (landmarks, projected length, wi
 layer on English text, n in ``TEXT_LENGTHS``) and ``lowrank`` (synthetic low-rank-plus-noise, n in
 ``SYNTH_LENGTHS``), and writes approx.csv/.md/.png, the paper's Figure 3 maps (exact vs Nyström
 attention matrix) and its section of benchmarks.md. The protocol, the methods' budgets, the inputs and
-the error measure are in :mod:`nystrom_lab.bench.approx_measure` (its public names are re-exported here).
+the error measure are in :mod:`nystrom_lab.bench.approx.relative_error` (its public names are re-exported here).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 
 from nystrom.attention import NystromAttention
 from nystrom.functional import nystrom_factors
-from nystrom_lab.bench.approx_measure import (  # noqa: F401 (re-exported: callers import them from here)
+from nystrom_lab.bench.approx.relative_error import (  # noqa: F401 (re-exported: callers import them from here)
     METHODS,
     PARAMS,
     WINDOW,
@@ -34,7 +34,7 @@ from nystrom_lab.bench.approx_measure import (  # noqa: F401 (re-exported: calle
     shared_qk_attention,
     sweep,
 )
-from nystrom_lab.bench.approx_report import plot, render, report  # noqa: F401 (re-exported)
+from nystrom_lab.bench.approx.report import plot, render, report  # noqa: F401 (re-exported)
 from nystrom_lab.bench.measure import replace_section
 
 TEXT_LENGTHS = (256, 512, 1024, 2048)

@@ -1,4 +1,4 @@
-"""Markdown report of ``nystrom bench training`` (see :mod:`nystrom_lab.bench.training`).
+"""Markdown report of ``nystrom bench training`` (see :mod:`nystrom_lab.bench.training.driver`).
 
 Legend: e model width, h heads, d head dim, m landmarks, n tokens.
 

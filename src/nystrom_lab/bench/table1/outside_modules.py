@@ -29,7 +29,7 @@ from torch import nn
 
 from nystrom_lab.bench.comparisons import HFSelfAttention, lucidrains_nystrom_attention
 
-#: registry names of :data:`nystrom_lab.bench.table1_report.METHODS` built here -> the package each needs
+#: registry names of :data:`nystrom_lab.bench.table1.report.METHODS` built here -> the package each needs
 NEEDS = {"hf-nystromformer": "transformers", "lucidrains": "nystrom_attention", "transmil": None,
          "transmil-lucidrains": "nystrom_attention"}  # fmt: skip
 

@@ -16,7 +16,7 @@ a new interpreter per case, seconds slower a case: :func:`nystrom_lab.bench.harn
 call measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
 ``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights; then
 the median of ``repeats`` timed calls. One case, its modules and its measurement:
-:mod:`nystrom_lab.bench.table1_case`; here the driver, the skip rules and the report.
+:mod:`nystrom_lab.bench.table1.case`; here the driver, the skip rules and the report.
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from nystrom_lab.bench import table1_external
 from nystrom_lab.bench.forkserver import CaseServer
 from nystrom_lab.bench.harness import run_case
 from nystrom_lab.bench.measure import machine_info, replace_section
-from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the tests and callers import them here)
+from nystrom_lab.bench.table1 import outside_modules
+from nystrom_lab.bench.table1.case import (  # noqa: F401 (re-exported: the tests and callers import them here)
     DTYPES,
     EXACT,
     METHODS,
@@ -44,12 +44,12 @@ from nystrom_lab.bench.table1_case import (  # noqa: F401 (re-exported: the test
     build_module,
     check_device,
 )
-from nystrom_lab.bench.table1_report import DEFAULT_METHODS, PAPER_NOTE, plot, render, report, setting  # noqa: F401 (re-exported)
+from nystrom_lab.bench.table1.report import DEFAULT_METHODS, PAPER_NOTE, plot, render, report, setting  # noqa: F401 (re-exported)
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (512, 2048, 4096)
 CASE_TIMEOUT_S = 1800
-_TARGET = "nystrom_lab.bench.table1_case:measure"
+_TARGET = "nystrom_lab.bench.table1.case:measure"
 
 
 def _available_mb(device: str) -> float:
@@ -79,8 +79,8 @@ def _skip(
     if method in too_slow:
         return f"a shorter n took over {max_call_s:g} s per call"
     name, opts = METHODS[method][1:]
-    if table1_external.missing(name):
-        return table1_external.missing(name)
+    if outside_modules.missing(name):
+        return outside_modules.missing(name)
     if name == "hf-nystromformer" and n % opts["num_landmarks"]:
         return f"transformers' Nyström needs n a multiple of m = {opts['num_landmarks']}"
     itemsize = torch.empty(0, dtype=getattr(torch, case["dtype"])).element_size()

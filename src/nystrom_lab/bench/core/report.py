@@ -1,4 +1,4 @@
-"""Markdown report of ``nystrom bench core`` (see :mod:`nystrom_lab.bench.attention`).
+"""Markdown report of ``nystrom bench core`` (see :mod:`nystrom_lab.bench.core.driver`).
 
 Legend: b batch, h heads, n tokens, m landmarks, d head dim.
 

@@ -1,5 +1,5 @@
 """The driver of ``nystrom bench models``: interleaved rounds of fresh-process cases, ratios, the FLOP floor,
-and the JSON / markdown / PNG it writes (see :mod:`nystrom_lab.bench.models` for the cases themselves).
+and the JSON / markdown / PNG it writes (see :mod:`nystrom_lab.bench.models.cases` for the cases themselves).
 
 Legend: b batch, n tokens, e hidden size, f FFN width, v vocabulary, L layers, m landmarks.
 """
@@ -12,8 +12,8 @@ from itertools import product
 from pathlib import Path
 
 from nystrom_lab.bench.floors import model_floor_flops
-from nystrom_lab.bench.models import ALL_MODELS, MODELS, MODES, SIZES, refusal, summarise
-from nystrom_lab.bench.models_report import plot, render
+from nystrom_lab.bench.models.cases import ALL_MODELS, MODELS, MODES, SIZES, refusal, summarise
+from nystrom_lab.bench.models.report import plot, render
 from nystrom_lab.docs.markers import replace_section
 
 #: the transformers models our Nyström model is measured against (the fastest of them in each case)
@@ -60,12 +60,12 @@ def run(
     on where it stopped), and the file is removed once the report is written. A partial file of other
     settings raises instead of being overwritten.
 
-    :data:`~nystrom_lab.bench.models.GRAPHED` models may be asked for too; a case that cannot run
-    (:func:`~nystrom_lab.bench.models.refusal`: CUDA graphs off CUDA, a graphed training step) is
+    :data:`~nystrom_lab.bench.models.cases.GRAPHED` models may be asked for too; a case that cannot run
+    (:func:`~nystrom_lab.bench.models.cases.refusal`: CUDA graphs off CUDA, a graphed training step) is
     reported as skipped with its reason and never started. With ``deadline_s`` (seconds from the start;
     a time-boxed run such as scripts/gpu_bench.sh) a case is killed at the deadline and the later ones
     are skipped ("over the run's time budget"), so the report is always written. ``fork``: each case
-    forked from one worker that imported torch and transformers once (:mod:`nystrom_lab.bench.models_fork`)
+    forked from one worker that imported torch and transformers once (:mod:`nystrom_lab.bench.models.fork`)
     instead of a new interpreter, seconds less a case."""
     import subprocess
 
@@ -89,13 +89,13 @@ def run(
         samples.setdefault(tuple(key), []).append(res)
     start = time.perf_counter()
     server = None
-    target = "nystrom_lab.bench.models:measure"
+    target = "nystrom_lab.bench.models.cases:measure"
     if fork:
         import torch
 
         from nystrom_lab.bench.forkserver import CaseServer
 
-        target = "nystrom_lab.bench.models_fork:measure"  # the worker imports the models' modules once
+        target = "nystrom_lab.bench.models.fork:measure"  # the worker imports the models' modules once
         server = CaseServer(target, threads=threads or torch.get_num_threads())
     bar = tqdm(
         total=rounds * len(groups) * len(models), desc="bench models", unit="case", disable=not progress

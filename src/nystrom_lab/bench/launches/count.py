@@ -41,8 +41,14 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nystrom_lab.bench import host_syncs
-from nystrom_lab.bench.host_syncs import SYNCS, crosses_host, data_dependent, explicit_syncs, stand_in
+from nystrom_lab.bench.launches import host_syncs
+from nystrom_lab.bench.launches.host_syncs import (
+    SYNCS,
+    crosses_host,
+    data_dependent,
+    explicit_syncs,
+    stand_in,
+)
 
 #: the counters of the ``counting()`` blocks now open, innermost last: a backward records into the one
 #: open when it runs, not the forward's

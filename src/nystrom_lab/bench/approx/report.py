@@ -1,4 +1,4 @@
-"""Markdown report of ``nystrom approx`` (see :mod:`nystrom_lab.bench.approx`).
+"""Markdown report of ``nystrom approx`` (see :mod:`nystrom_lab.bench.approx.driver`).
 
 Legend: n tokens, m the method's budget (landmarks, projection length, window, features, bucket keys).
 

@@ -21,8 +21,8 @@ from torch import nn
 
 from nystrom.attention import NystromAttention, SoftmaxAttention
 from nystrom.functional import nystrom_attention, softmax_attention
-from nystrom_lab.bench.attention_report import IMPLS, MODES, render
 from nystrom_lab.bench.comparisons import HFSelfAttention, hf_nystrom_self_attention, lucidrains_layer
+from nystrom_lab.bench.core.report import IMPLS, MODES, render
 from nystrom_lab.bench.harness import run_case
 from nystrom_lab.bench.measure import (
     gemm_gflops,
@@ -40,7 +40,7 @@ OURS = {k: p.default for k, p in inspect.signature(NystromAttention).parameters.
 # 12 ms from the third; host-side backing of guest memory), so a 65536-token case settles only
 # from its 4th call (measured per call: 320, 320, 270, 185, 175, 170, ... ms).
 WARMUP_CALLS = 4
-_TARGET = "nystrom_lab.bench.attention:measure"
+_TARGET = "nystrom_lab.bench.core.driver:measure"
 
 
 def _hf_core(e: int, h: int, m: int, n: int) -> nn.Module:

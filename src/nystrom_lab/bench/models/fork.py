@@ -12,7 +12,7 @@ import torch  # noqa: F401 (imported once, in the worker)
 import transformers
 
 import nystrom.model  # noqa: F401
-from nystrom_lab.bench.models import measure  # noqa: F401 (the worker's target: imported with the models)
+from nystrom_lab.bench.models.cases import measure  # noqa: F401 (the worker's target: imported with the models)
 
 for _name in ("NystromformerModel", "NystromformerForMaskedLM", "BertModel", "BertForMaskedLM", "LongformerModel",
               "LongformerForMaskedLM", "BigBirdModel", "BigBirdForMaskedLM"):  # fmt: skip

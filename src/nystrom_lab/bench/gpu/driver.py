@@ -1,12 +1,12 @@
 """The stages of the project's time-boxed GPU benchmark (``scripts/gpu_bench.sh``), each one command:
 
-``python -m nystrom_lab.bench.gpu_bench STAGE OUT [--dry] [--quick] [--budget S] [args]``, STAGE one of
+``python -m nystrom_lab.bench.gpu.driver STAGE OUT [--dry] [--quick] [--budget S] [args]``, STAGE one of
 
 - ``env``: ``OUT/env.txt`` (nvidia-smi's GPU name, memory, driver; python, torch, CUDA, transformers,
   the GPU; whether lucidrains' package imports; the commit);
 - ``tests``: ``pytest -m gpu`` of the launch work and the GPU suite -> ``OUT/gpu_tests.txt``;
 - ``launches``: real CUDA launches per forward -> ``OUT/launches_gpu.json``
-  (:mod:`nystrom_lab.bench.launches_gpu` without its tests);
+  (:mod:`nystrom_lab.bench.launches.gpu` without its tests);
 - ``table DTYPE fwd|fwdbwd``: Table 1's modules at 4K–128K -> ``OUT/table1_{DTYPE}_{fwd|fwdbwd}.csv``
   (+ ``.json``, the run's setting); bf16: :data:`TABLE_METHODS` (SDPA, ours, the materialised softmax,
   transformers' and lucidrains' Nyström, the TransMIL layer), fp16/fp32: :data:`LEAN_METHODS` (SDPA, ours,
@@ -76,7 +76,7 @@ BUDGET_SKIP = "over the run's time budget"
 TABLE_TAIL_S, MODELS_TAIL_S = 8.0, 6.0
 #: seconds of the models stage held back for the compiled case (worker start, a ≈ 31 s compile, the calls)
 COMPILED_S = 50.0
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def left(budget: float, tail: float = 0.0) -> float:
@@ -115,7 +115,7 @@ def env(out: Path, *, dry: bool) -> str:
 
 def tests(out: Path, *, dry: bool, budget: float) -> int:
     """``pytest -m gpu`` of the launch work and the GPU suite (dry: only collected)."""
-    from nystrom_lab.bench.launches_gpu import GPU_TESTS
+    from nystrom_lab.bench.launches.gpu import GPU_TESTS
 
     if dry:
         args = [
@@ -133,7 +133,7 @@ def tests(out: Path, *, dry: bool, budget: float) -> int:
         done = subprocess.run(args, capture_output=True, text=True, timeout=max(left(budget, 2), 5), cwd=ROOT)
         print(done.stdout[-2000:])
         return done.returncode
-    from nystrom_lab.bench.launches_gpu import run_gpu_tests
+    from nystrom_lab.bench.launches.gpu import run_gpu_tests
 
     return run_gpu_tests(out, timeout_s=max(left(budget, 2), 5)).returncode
 
@@ -143,14 +143,14 @@ def launches(out: Path, *, dry: bool) -> int:
     if dry:
         print("dry run: launches_gpu needs CUDA, not run")
         return 0
-    from nystrom_lab.bench import launches_gpu
+    from nystrom_lab.bench.launches import gpu as launches_gpu
 
     return launches_gpu.main([str(out), "--no-tests"])
 
 
 def table(out: Path, dtype: str, mode: str, *, dry: bool, quick: bool, budget: float) -> list[dict]:
     """One Table 1 run (h = 8, d = 64, b = 1) -> ``table1_{dtype}_{mode}.csv``, ending within ``budget``."""
-    from nystrom_lab.bench.table1 import run
+    from nystrom_lab.bench.table1.driver import run
 
     methods = TABLE_METHODS if dtype == "bfloat16" else LEAN_METHODS
     lengths = (4096, 16384) if quick else (4096, 16384, 65536, 131072)
@@ -161,23 +161,23 @@ def table(out: Path, dtype: str, mode: str, *, dry: bool, quick: bool, budget: f
     with tempfile.TemporaryDirectory() as tmp:
         rows = run(lengths=lengths, methods=methods, dtype=dtype, backward=mode == "fwdbwd", max_n=max(lengths),
                    max_exact_n=max(lengths), out_dir=Path(tmp), markdown=None, deadline_s=left(budget, TABLE_TAIL_S),
-                   command=f"python -m nystrom_lab.bench.gpu_bench table {dtype} {mode}", **gpu)  # fmt: skip
+                   command=f"python -m nystrom_lab.bench.gpu.driver table {dtype} {mode}", **gpu)  # fmt: skip
         for ext in ("csv", "json"):
             shutil.copy(Path(tmp) / f"table1_{mode}.{ext}", out / f"table1_{dtype}_{mode}.{ext}")
     return rows
 
 
 def _strip(rows: list[dict]) -> list[dict]:
-    """Rows without the ratios :func:`~nystrom_lab.bench.models_run.add_ratios` added (they are recomputed)."""
+    """Rows without the ratios :func:`~nystrom_lab.bench.models.driver.add_ratios` added (they are recomputed)."""
     return [{k: v for k, v in r.items() if k not in ("vs_fastest_other", "vs_ours_exact", "floor_s", "x_floor")}
             for r in rows]  # fmt: skip
 
 
 def _write_models(report: dict, rows: list[dict], models: tuple[str, ...], path: Path) -> dict:
     """``report`` with ``rows`` of ``models`` (ratios recomputed) to ``path`` (.json and .md)."""
-    from nystrom_lab.bench.models import SIZES
-    from nystrom_lab.bench.models_report import render
-    from nystrom_lab.bench.models_run import add_ratios
+    from nystrom_lab.bench.models.cases import SIZES
+    from nystrom_lab.bench.models.driver import add_ratios
+    from nystrom_lab.bench.models.report import render
 
     rows = _strip([r for r in rows if r["model"] in models])
     rates = {int(n): rate for n, rate in report["gemm_gflops"].items()}
@@ -191,7 +191,7 @@ def _write_models(report: dict, rows: list[dict], models: tuple[str, ...], path:
 def models(out: Path, *, dry: bool, quick: bool, budget: float) -> dict:
     """The eager + GraphedForward run, then the compiled inference at the longest length in the
     :data:`COMPILED_S` held back for it (and whatever the eager run left), all within ``budget``."""
-    from nystrom_lab.bench.models_run import run
+    from nystrom_lab.bench.models.driver import run
 
     start = time.perf_counter()
     lengths = (4096,) if quick else (4096, 16384)
@@ -266,7 +266,7 @@ def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = 
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.gpu_bench")
+    p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.gpu.driver")
     p.add_argument("stage", choices=("env", "tests", "launches", "table", "models", "commit"))
     p.add_argument("out", type=Path)
     p.add_argument("args", nargs="*", help="table: DTYPE fwd|fwdbwd")

@@ -1,5 +1,5 @@
 """The ``nystrom approx`` command: the approximation error of each attention variant vs exact softmax, and
-the paper's Figure 3 (:mod:`nystrom_lab.bench.approx`)."""
+the paper's Figure 3 (:mod:`nystrom_lab.bench.approx.driver`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from nystrom_lab.argtypes import (
     positive_int,
     positive_ints,
 )
-from nystrom_lab.bench.bench_commands import add_output_options, command_line, names, or_default
+from nystrom_lab.bench.options import add_output_options, command_line, names, or_default
 
 MINILM_LAYERS, MINILM_HEADS = 6, 12  # the bundled all-MiniLM-L6-v2 that `approx` reads q, k, v from
 # never docs/ by default (a quick run must not overwrite the committed tables; `--out docs` does)
@@ -24,7 +24,7 @@ APPROX_OUT = Path("runs/approx")
 
 def _cmd_approx(args: argparse.Namespace) -> int:
     cpu_only(args, "approx")  # an accuracy sweep, not a timing: the errors do not depend on the device
-    from nystrom_lab.bench.approx import METHODS, PARAMS, SYNTH_LENGTHS, TEXT_LENGTHS, run
+    from nystrom_lab.bench.approx.driver import METHODS, PARAMS, SYNTH_LENGTHS, TEXT_LENGTHS, run
 
     methods = or_default(args.methods, METHODS)
     bad = [m for m in methods if m not in METHODS]

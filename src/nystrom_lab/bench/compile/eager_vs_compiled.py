@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
 from nystrom.attention import NystromAttention
-from nystrom_lab.bench.compile_report import render
+from nystrom_lab.bench.compile.report import render
 from nystrom_lab.bench.measure import call_times_s
 
 LENGTHS = (4096, 16384)
@@ -68,6 +67,3 @@ def main(out: Path | None = None) -> None:
         out.write_text(json.dumps({"source": f"python -m nystrom_lab.bench.compile, torch {torch.__version__}",
                                    "rows": rows}, indent=1) + "\n")  # fmt: skip
 
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

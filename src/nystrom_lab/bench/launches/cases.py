@@ -1,5 +1,5 @@
 """The cases of ``nystrom bench launches``: ours vs transformers' Nyströmformer, one attention module and
-the whole MiniLM-size encoder, on the meta device (see :mod:`nystrom_lab.bench.launches`).
+the whole MiniLM-size encoder, on the meta device (see :mod:`nystrom_lab.bench.launches.count`).
 
 Legend: b batch, n tokens, e hidden size, h heads, d head dim, m landmarks.
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from nystrom_lab.bench.launches import count_call
+from nystrom_lab.bench.launches.count import count_call
 
 #: the MiniLM-size encoder of ``nystrom bench models`` with the paper's Nyström settings
 MODEL = {"layers": 6, "hidden": 384, "heads": 12, "ffn": 1536, "vocab": 30522, "m": 64, "kernel": 65}
@@ -107,7 +107,7 @@ def _commit() -> str:
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[4]
     git = ["git", "-C", str(root)]
     try:
         head = subprocess.run(
@@ -126,7 +126,7 @@ def run(*, n: int, out_dir) -> dict:
     import json
     from pathlib import Path
 
-    from nystrom_lab.bench.launches_report import render
+    from nystrom_lab.bench.launches.report import render
     from nystrom_lab.bench.measure import machine_info
 
     info = machine_info()

@@ -2,7 +2,7 @@
 real kernel launches and forward times of ``nystrom bench launches``' cases (to check the meta-device
 counts of docs/gpu/launches.md).
 
-``PYTHONPATH=src:tests python3 -m nystrom_lab.bench.launches_gpu OUT [n] [--no-tests]`` (about 3 minutes) writes
+``PYTHONPATH=src:tests python3 -m nystrom_lab.bench.launches.gpu OUT [n] [--no-tests]`` (about 3 minutes) writes
 ``OUT/gpu_tests.txt`` (``pytest -m gpu`` of the Triton pinv, CUDA graphs and the GPU suite) and
 ``OUT/launches_gpu.json``: versions, and per case and side the CUDA launches (runtime/driver launch
 calls seen by ``torch.profiler``: kernels, memsets, copies, graph launches) and host syncs of one forward
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from nystrom_lab.bench.launches_cases import CASES, SIDES, N, build, ours_model
+from nystrom_lab.bench.launches.cases import CASES, SIDES, N, build, ours_model
 from nystrom_lab.bench.measure import cuda_median_time_ms
 
 #: profiler event names of host calls that start device work, and of those that wait for the device

@@ -1,19 +1,16 @@
 """``nystrom bench models``: the options of the whole-model suite and its command (the cases
-live in :mod:`nystrom_lab.bench.models`, the driver in :mod:`nystrom_lab.bench.models_run`)."""
+live in :mod:`nystrom_lab.bench.models.cases`, the driver in :mod:`nystrom_lab.bench.models.driver`)."""
 
 from __future__ import annotations
 
 import argparse
 
 from nystrom_lab.argtypes import UsageError, cpu_or_cuda, positive_int
+from nystrom_lab.bench.options import names
 
 #: options only the models suite takes (the other suites refuse them)
 MODELS_ONLY = ("size", "batches", "models", "model_modes", "rounds")
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(t for t in text.split(",") if t)
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -21,17 +18,27 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def add_options(b: argparse.ArgumentParser) -> None:
-    g = b.add_argument_group("models only (also: --lengths, --repeats, --dtype, --device, --threads, --quick, --out)")
-    g.add_argument("--size", choices=("minilm", "base"), help="encoder size: minilm (6 × 384, default) or base (12 × 768)")
+    """The option group of the models suite, on the ``nystrom bench`` parser."""
+    g = b.add_argument_group(
+        "models only (also: --lengths, --repeats, --dtype, --device, --threads, --quick, --out)"
+    )
+    g.add_argument(
+        "--size",
+        choices=("minilm", "base"),
+        help="encoder size: minilm (6 × 384, default) or base (12 × 768)",
+    )
     g.add_argument("--batches", type=_ints, help="comma-separated batch sizes (default 1,4; --quick 1)")
-    g.add_argument("--models", type=_names, help="comma-separated subset of the models (default all)")
-    g.add_argument("--model-modes", type=_names, help="comma-separated subset of inference,train (default both)")
+    g.add_argument("--models", type=names, help="comma-separated subset of the models (default all)")
+    g.add_argument(
+        "--model-modes", type=names, help="comma-separated subset of inference,train (default both)"
+    )
     g.add_argument("--rounds", type=positive_int, help="interleaved rounds (default 3; --quick 1)")
 
 
-def cmd(args: argparse.Namespace) -> int:
-    from nystrom_lab.bench.models import MODELS, MODES
-    from nystrom_lab.bench.models_run import run
+def run_models_command(args: argparse.Namespace) -> int:
+    """Whole encoders side by side, inference and a training step, in interleaved fresh-process rounds."""
+    from nystrom_lab.bench.models.cases import MODELS, MODES
+    from nystrom_lab.bench.models.driver import run
 
     models = args.models or MODELS
     modes = args.model_modes or MODES

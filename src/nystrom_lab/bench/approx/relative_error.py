@@ -27,7 +27,7 @@ position limit), concatenated, and the layer's own q/k/v projection is applied, 
 attention spans windows. ``lowrank`` — per head q, k, v = (Z Aₓ + σ·E)·g with Z (n, r) Gaussian
 latents shared by q, k and v, Aₓ (r, d), noise σ, and a gain g that sets the logits' spread.
 
-The study itself (lengths, outputs, report) is :mod:`nystrom_lab.bench.approx`.
+The study itself (lengths, outputs, report) is :mod:`nystrom_lab.bench.approx.driver`.
 """
 
 from __future__ import annotations

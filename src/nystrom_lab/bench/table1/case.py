@@ -2,7 +2,7 @@
 
 Legend: b batch, h heads, n tokens, d head dim, e = h·d model width.
 
-:func:`measure` runs one (method, n) case; the driver (:mod:`nystrom_lab.bench.table1`) calls it in a fresh
+:func:`measure` runs one (method, n) case; the driver (:mod:`nystrom_lab.bench.table1.driver`) calls it in a fresh
 process per case (:func:`nystrom_lab.bench.harness.run_case`). The first call
 measures the peak memory above the level before it (CPU: resident-set high-water mark; CUDA:
 ``max_memory_allocated``), i.e. the memory the module's call needs beyond its input and weights, and
@@ -16,9 +16,9 @@ import math
 import torch
 
 from nystrom.attention import REGISTRY, AttentionBase
-from nystrom_lab.bench import table1_external as external
 from nystrom_lab.bench.measure import median_time_ms, peak_memory_mb
-from nystrom_lab.bench.table1_report import METHODS
+from nystrom_lab.bench.table1 import outside_modules
+from nystrom_lab.bench.table1.report import METHODS
 
 EXACT = ("transformer", "sdpa")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -41,13 +41,13 @@ class MaterializedSoftmaxAttention(AttentionBase):
 
 def build_module(method: str, *, n: int, heads: int, dim_head: int) -> torch.nn.Module:
     """The attention module of ``method`` (a key of :data:`METHODS`) for inputs of n tokens: an
-    :class:`AttentionBase` of ours, or a wrapped outside one (:mod:`nystrom_lab.bench.table1_external`)."""
+    :class:`AttentionBase` of ours, or a wrapped outside one (:mod:`nystrom_lab.bench.table1.outside_modules`)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {list(METHODS)}, got {method!r}")
     _, name, opts = METHODS[method]
     e = heads * dim_head
-    if name in external.NEEDS:
-        return external.build(name, n=n, heads=heads, dim_head=dim_head, opts=opts)
+    if name in outside_modules.NEEDS:
+        return outside_modules.build(name, n=n, heads=heads, dim_head=dim_head, opts=opts)
     if name == "transformer":
         return MaterializedSoftmaxAttention(e, heads=heads, dim_head=dim_head)
     if name == "linformer":
@@ -68,8 +68,8 @@ def build_case(
 ):
     """A zero-argument callable running one input (b, n, e) through the module (+ backward of ``out.sum()``)."""
     mod = build_module(method, n=n, heads=heads, dim_head=dim_head)
-    if METHODS[method][1] in external.AUTOCAST and dtype in (torch.bfloat16, torch.float16):
-        mod = external.Autocast(mod.to(device=device), device, dtype).eval()  # fp32 weights, autocast
+    if METHODS[method][1] in outside_modules.AUTOCAST and dtype in (torch.bfloat16, torch.float16):
+        mod = outside_modules.Autocast(mod.to(device=device), device, dtype).eval()  # fp32 weights, autocast
     else:
         mod = mod.to(device=device, dtype=dtype).eval()
     x = torch.randn(batch, n, heads * dim_head, dtype=dtype, device=device)  # (b, n, e)

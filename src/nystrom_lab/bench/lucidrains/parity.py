@@ -23,7 +23,6 @@ from __future__ import annotations
 import inspect
 import json
 import platform
-import sys
 from pathlib import Path
 
 import torch
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 
 from nystrom.compat.lucidrains import NystromAttention
 from nystrom_lab.bench.comparisons import lucidrains_nystrom_attention
-from nystrom_lab.bench.lucidrains_report import render
+from nystrom_lab.bench.lucidrains.report import render
 
 LENGTHS = (6000, 6144, 10000)
 #: theirs runs as many Newton–Schulz iterations as ours does by default (the one definition)
@@ -96,6 +95,3 @@ def main(out: Path | None = None) -> None:
         source = f"python -m nystrom_lab.bench.lucidrains, torch {torch.__version__}"
         out.write_text(json.dumps({"source": source, "rows": rows}, indent=1) + "\n")
 
-
-if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
