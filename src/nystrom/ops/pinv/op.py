@@ -95,6 +95,12 @@ def _backward(ctx, grad, _grad_iterates):
 iterative_pinv_op.register_autograd(_backward, setup_context=_setup)
 #: the devices with autocast that the op declares a rule for (a custom op without one would run in the
 #: autocast dtype's world with float32 inputs: the caller's promotion would be undone downstream)
-AUTOCAST_DEVICES = tuple(d for d in ("cpu", "cuda", "xpu", "mps") if torch.amp.is_autocast_available(d))
+#: torch.library.register_autocast arrived after torch 2.4, our floor: there the op has no rule, and its
+#: callers' promotion to float32 (the dispatch casts up, the attention runs with autocast off) is what holds
+AUTOCAST_DEVICES = (
+    tuple(d for d in ("cpu", "cuda", "xpu", "mps") if torch.amp.is_autocast_available(d))
+    if hasattr(torch.library, "register_autocast")
+    else ()
+)
 for _device in AUTOCAST_DEVICES:
     torch.library.register_autocast("nystrom::iterative_pinv", _device, torch.float32)

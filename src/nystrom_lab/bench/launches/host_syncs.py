@@ -16,11 +16,11 @@ SYNCS = {
 #: copies that can move data between the host and a device
 COPIES = {"_to_copy", "copy_", "_copy_from", "_copy_from_and_resize"}
 #: the host-side synchronisation calls (not ATen ops): module or class, attribute
-EXPLICIT_SYNCS = (
-    (torch.cuda, "synchronize"),
-    (torch.accelerator, "synchronize"),
-    (torch.cuda.Stream, "synchronize"),
-    (torch.cuda.Event, "synchronize"),
+#: (torch.accelerator is newer than torch 2.4, the floor: it is left out where it does not exist)
+EXPLICIT_SYNCS = tuple(
+    (owner, "synchronize")
+    for owner in (torch.cuda, getattr(torch, "accelerator", None), torch.cuda.Stream, torch.cuda.Event)
+    if owner is not None and hasattr(owner, "synchronize")
 )
 
 
