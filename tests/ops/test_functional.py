@@ -322,3 +322,16 @@ def test_fused_gradients_match_float64_oracle_with_padding(kernel_path):
     theirs = torch.autograd.grad(ref, (q, k, v), g)
     for a, b in zip(ours, theirs):
         assert rel_err(a, b) <= 1e-10
+
+
+def test_softmax_attention_with_finite_padding_skips_the_zeroing_and_computes_the_same():
+    from nystrom.functional import softmax_attention
+
+    q, k, v = (torch.randn(2, 3, 20, 8, dtype=torch.float64) for _ in range(3))
+    mask = torch.arange(20)[None] < torch.tensor([[20], [13]])  # (b, n): the second sample padded
+    want = softmax_attention(q, k, v, mask=mask)  # padding zeroed first
+    got = softmax_attention(q, k, v, mask=mask, padded_finite=True)  # finite garbage at padded keys
+    real = mask[:, None, :, None].expand_as(want)
+    assert torch.allclose(got[real], want[real], rtol=0, atol=1e-14)
+    with pytest.raises(TypeError, match="padded_finite"):
+        softmax_attention(q, k, v, mask=mask, padded_finite=1)

@@ -56,7 +56,8 @@ class SoftmaxAttention(AttentionBase):
         """(b, h, n, d) x3 -> (b, h, n, d)."""
         if self.block_size is not None:
             return block_diagonal_attention(q, k, v, block_size=self.block_size, mask=mask, scale=self.scale)
-        return softmax_attention(q, k, v, mask=mask, scale=self.scale)
+        # AttentionBase.forward zeroed x: padded q, k, v are the projections' biases (finite)
+        return softmax_attention(q, k, v, mask=mask, scale=self.scale, padded_finite=True)
 
     def extra_repr(self) -> str:
         extra = "" if self.block_size is None else f", block_size={self.block_size}"
