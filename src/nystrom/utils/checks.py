@@ -145,13 +145,20 @@ def check_scale(scale: float | None) -> float | None:
     return float(scale)
 
 
-def zero_padding(mask: torch.Tensor | None, *ts: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def zero_padding(
+    mask: torch.Tensor | None, *ts: torch.Tensor, padded_finite: bool = False
+) -> tuple[torch.Tensor, ...]:
     """Each (b, h, n, ·) tensor with its padded positions (``mask`` (b, n) False) set to 0.
 
     Why: padded positions may hold anything, NaN and Inf included; a masked-out probability of 0 times
     NaN is still NaN, so the values themselves are replaced (``masked_fill``, whose gradient there is 0).
+    ``padded_finite``: the caller guarantees finite padded values (the modules' projections of zeroed
+    inputs), and 0 times a finite value is 0: the tensors are returned as they are (no fills, which on a
+    GPU are launches, forward and backward).
     """
-    if mask is None:
+    if not isinstance(padded_finite, bool):
+        raise TypeError(f"padded_finite must be a bool, got {padded_finite!r}")
+    if mask is None or padded_finite:
         return ts
     pad = ~mask[:, None, :, None]  # (b, 1, n, 1)
     return tuple(t.masked_fill(pad, 0) for t in ts)

@@ -75,10 +75,7 @@ def nystrom_attention(
     mask, scale = check_options(
         q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
     )
-    if not isinstance(padded_finite, bool):
-        raise TypeError(f"padded_finite must be a bool, got {padded_finite!r}")
-    if not padded_finite:
-        q, k, v = zero_padding(mask, q, k, v)
+    q, k, v = zero_padding(mask, q, k, v, padded_finite=padded_finite)
     if not _use_fused_kernels():
         path = traceable
     elif accelerator_path(q):  # few large launches instead of the CPU's blocked kernels

@@ -43,8 +43,5 @@ def softmax_attention(
     """
     b, h, n, d, _ = check_qkv(q, k, v)
     mask = check_mask(mask, b, n, q.device)
-    if not isinstance(padded_finite, bool):
-        raise TypeError(f"padded_finite must be a bool, got {padded_finite!r}")
-    if not padded_finite:
-        q, k, v = zero_padding(mask, q, k, v)
+    q, k, v = zero_padding(mask, q, k, v, padded_finite=padded_finite)
     return masked_sdpa(q, k, v, mask, resolve_scale(scale, d))
