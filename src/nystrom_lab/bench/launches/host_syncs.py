@@ -49,6 +49,11 @@ def crosses_host(name: str, args: tuple, kwargs: dict) -> bool:
     return "cpu" in devices and len(devices) > 1
 
 
+def _is_mask(index: torch.Tensor | None) -> bool:
+    """Whether an ``index`` entry is a boolean mask (indexing with it runs ``nonzero``)."""
+    return index is not None and index.dtype in (torch.bool, torch.uint8)
+
+
 def _selected(mask: torch.Tensor) -> list[torch.Tensor]:
     """A stand-in for ``mask.nonzero()`` as indices (one long tensor per mask dim): every element."""
     count = mask.numel()
@@ -73,10 +78,10 @@ def stand_in(func, name: str, args: tuple, kwargs: dict):
         return flat.clone(), inverse, torch.zeros(flat.shape[:1], dtype=torch.long, device=t.device)
     if name == "repeat_interleave":
         return torch.zeros(t.numel(), dtype=torch.long, device=t.device)
-    if name == "index" and any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1]):
+    if name == "index" and any(_is_mask(i) for i in args[1]):
         indices = []
         for i in args[1]:
-            indices += _selected(i) if i is not None and i.dtype in (torch.bool, torch.uint8) else [i]
+            indices += _selected(i) if _is_mask(i) else [i]
         return func(t, indices)
     if (name in COPIES and "cpu" in _devices(args[1:], kwargs)) or kwargs.get("device") == torch.device(
         "cpu"
@@ -90,7 +95,7 @@ def data_dependent(name: str, args: tuple, kwargs: dict) -> bool:
     if name in SYNCS:
         return True
     if name == "index":  # a boolean mask index runs nonzero
-        return any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1])
+        return any(_is_mask(i) for i in args[1])
     if name == "repeat_interleave":  # the Tensor overload sums the repeats on the host unless told
         return kwargs.get("output_size") is None and (len(args) < 2 or args[1] is None)
     return False
