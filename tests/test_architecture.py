@@ -39,6 +39,7 @@ UPWARD = {
 DISPATCH = {
     "nystrom/ops/nystrom/dispatch.py": "nystrom_attention",
     "nystrom/ops/pinv/dispatch.py": "iterative_pinv",
+    "nystrom/ops/softmax/sdpa.py": "softmax_attention",
     "nystrom/layers/conv.py": "conv_path",
     "nystrom/layers/ffn.py": "row_blocks",
     "nystrom/layers/projection.py": "project_heads",

@@ -333,5 +333,10 @@ def test_softmax_attention_with_finite_padding_skips_the_zeroing_and_computes_th
     got = softmax_attention(q, k, v, mask=mask, padded_finite=True)  # finite garbage at padded keys
     real = mask[:, None, :, None].expand_as(want)
     assert torch.allclose(got[real], want[real], rtol=0, atol=1e-14)
+    from nystrom.utils.device import force_accelerator_path
+
+    with force_accelerator_path():  # where the fills are skipped (on the CPU they lay out q, k, v)
+        skipped = softmax_attention(q, k, v, mask=mask, padded_finite=True)
+    assert torch.allclose(skipped[real], want[real], rtol=0, atol=1e-14)
     with pytest.raises(TypeError, match="padded_finite"):
         softmax_attention(q, k, v, mask=mask, padded_finite=1)

@@ -29,6 +29,13 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return value
 
 
+def check_bool(name: str, value: object) -> bool:
+    """``value`` if it is a bool; a ``TypeError`` naming ``name`` otherwise (1 and "yes" are not bools)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value
+
+
 def check_positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
@@ -156,9 +163,7 @@ def zero_padding(
     inputs), and 0 times a finite value is 0: the tensors are returned as they are (no fills, which on a
     GPU are launches, forward and backward).
     """
-    if not isinstance(padded_finite, bool):
-        raise TypeError(f"padded_finite must be a bool, got {padded_finite!r}")
-    if mask is None or padded_finite:
+    if mask is None or check_bool("padded_finite", padded_finite):
         return ts
     pad = ~mask[:, None, :, None]  # (b, 1, n, 1)
     return tuple(t.masked_fill(pad, 0) for t in ts)
