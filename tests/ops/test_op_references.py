@@ -27,7 +27,7 @@ def _reach(implementation: str, monkeypatch) -> contextlib.AbstractContextManage
                             ("CHUNK_KEYS", 8)):  # fmt: skip
             monkeypatch.setattr(cpu_kernels, name, value)
     if implementation == "traceable":
-        monkeypatch.setattr(dispatch, "_use_fused_kernels", lambda: False)
+        monkeypatch.setattr(dispatch, "_eager", lambda: False)
     return force_accelerator_path() if implementation == "accelerator" else contextlib.nullcontext()
 
 

@@ -2,8 +2,11 @@
 
 Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim.
 
-Three implementations compute the same function (the formula is in :mod:`.naive`, the reference):
+Four implementations compute the same function (the formula is in :mod:`.naive`, the reference):
 
+* ``fused`` (CUDA with Triton, and the meta device): the whole attention as one op, five Triton kernels
+  forward and five backward, for the calls :func:`~nystrom.ops.nystrom.fused.covers` takes (any other
+  call runs one of the three below);
 * ``cpu`` (eager on the CPU): the landmark kernel on one thread, the two large products through the
   cache-blocked, threaded kernels of :mod:`.cpu_kernels`;
 * ``accelerator`` (eager on a GPU or the meta device, or CPU tensors inside ``force_accelerator_path()``):
@@ -19,14 +22,14 @@ from __future__ import annotations
 
 import torch
 
-from nystrom.ops.nystrom import accelerator, cpu, traceable
+from nystrom.ops.nystrom import accelerator, cpu, fused, traceable
 from nystrom.ops.nystrom.options import check_options
 from nystrom.utils.amp import autocast_off
 from nystrom.utils.checks import first_order_only, rejects_key_padding_mask, zero_padding
 from nystrom.utils.device import accelerator_path
 
 
-def _use_fused_kernels() -> bool:
+def _eager() -> bool:
     """Whether to run the eager implementations (threads, custom autograd, custom ops): not while
     torch.compile or torch.export trace, which cannot follow the CPU kernels; ``traceable`` computes the
     same function there."""
@@ -75,8 +78,15 @@ def nystrom_attention(
     mask, scale = check_options(
         q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
     )
+    if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
+        with autocast_off(q.device.type):  # the op runs in the inputs' dtype
+            out = fused.fused_attention(
+                q, k, v, num_landmarks=num_landmarks, mask=mask, pinv_iterations=pinv_iterations,
+                segments=segments, scale=scale,
+            )  # fmt: skip  (padded positions are never read: no zeroing needed)
+        return first_order_only(out, "nystrom_attention")
     q, k, v = zero_padding(mask, q, k, v, padded_finite=padded_finite)
-    if not _use_fused_kernels():
+    if not _eager():
         path = traceable
     elif accelerator_path(q):  # few large launches instead of the CPU's blocked kernels
         path = accelerator

@@ -1,0 +1,108 @@
+"""Nyström attention, forward and backward, in fused Triton kernels (flash-linear-attention's layout).
+
+Read top-down: :mod:`.plan` (what the mask determines), :mod:`.forward` (five kernels), :mod:`.backward`
+(four kernels and a sum), :mod:`.op` (the ``torch.library`` op with its fake kernels, autograd and
+autocast rule), :mod:`.launch` (tile sizes and the counted launch). The maths is the reference's
+(:mod:`nystrom.ops.nystrom.naive`); :func:`covers` says which calls the kernels take, and
+:func:`~nystrom.ops.nystrom.dispatch.nystrom_attention` sends those here and the rest to the PyTorch paths.
+
+Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim.
+
+Where they run: on CUDA when Triton is installed, and on the meta device (the op's fake kernel: counting
+ops). On CPU tensors only inside :func:`fused_kernels` (``enabled=True``) with ``TRITON_INTERPRET=1``
+set before the first call: Triton's interpreter runs them there, for the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from collections.abc import Iterator
+
+import torch
+
+from nystrom.ops.nystrom.fused.launch import LAUNCHES
+from nystrom.ops.nystrom.fused.op import fused_attention as _op
+from nystrom.ops.nystrom.fused.plan import plan
+
+__all__ = ["LAUNCHES", "covers", "fused_attention", "fused_kernels"]
+
+#: the largest m (A and the pinv iterates live on chip, one program per head) and head dims (tiles)
+MAX_LANDMARKS = 128
+MAX_HEAD_DIM = 128
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+_state: dict[str, bool | None] = {"enabled": None}  # None: on where they run (CUDA with Triton, meta)
+
+
+@contextlib.contextmanager
+def fused_kernels(enabled: bool) -> Iterator[None]:
+    """Within the block, calls the kernels cover use them (``True``; CPU tensors included, run by Triton's
+    interpreter, which needs ``TRITON_INTERPRET=1``) or never do (``False``: the PyTorch paths, e.g. to
+    compare the two on a GPU)."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+    if enabled and os.environ.get("TRITON_INTERPRET") != "1" and not torch.cuda.is_available():
+        raise RuntimeError(
+            "fused_kernels(True) without a GPU runs Triton's interpreter: set TRITON_INTERPRET=1 in the"
+            " environment before the first call"
+        )
+    before = _state["enabled"]
+    _state["enabled"] = enabled
+    try:
+        yield
+    finally:
+        _state["enabled"] = before
+
+
+def _triton() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def covers(
+    q: torch.Tensor, v: torch.Tensor, *, num_landmarks: int, pinv: str, pinv_init: str
+) -> bool:
+    """Whether this call runs the fused kernels: the device (above), float16/bfloat16/float32, the
+    paper's iterative pinv with per-matrix Z₀, m ≤ :data:`MAX_LANDMARKS`, head dims ≤ :data:`MAX_HEAD_DIM`.
+    Anything else runs the PyTorch paths (the same function)."""
+    enabled = _state["enabled"]
+    if enabled is False:
+        return False
+    device = q.device.type
+    if device == "meta":
+        where = enabled is not False
+    elif device == "cuda":
+        where = _triton()
+    else:
+        where = bool(enabled) and device == "cpu"
+    return (
+        where
+        and q.dtype in DTYPES
+        and pinv == "iterative"
+        and pinv_init == "per_matrix"
+        and num_landmarks <= MAX_LANDMARKS
+        and q.shape[-1] <= MAX_HEAD_DIM
+        and v.shape[-1] <= MAX_HEAD_DIM
+        and q.shape[-2] > 0
+        and q.shape[0] * q.shape[1] > 0
+    )
+
+
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    num_landmarks: int,
+    mask: torch.Tensor | None,
+    pinv_iterations: int,
+    segments: str,
+    scale: float,
+) -> torch.Tensor:
+    """Nyström attention (b, h, n, dv) on checked inputs that :func:`covers` takes. Padded positions are
+    never read, so they need no zeroing and may hold anything."""
+    b, h, n, _ = q.shape
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))  # the kernels' row reads
+    p = plan(mask, b, n, num_landmarks, segments, q.device)
+    return _op(q, k, v, p.seg, p.bounds, p.inv_count, scale, pinv_iterations)

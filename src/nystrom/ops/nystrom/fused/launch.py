@@ -1,0 +1,56 @@
+"""Tile sizes, split counts and the one launch helper of the fused kernels.
+
+Legend: n tokens, BH programs rows (b·h), BN token block.
+
+Every Triton launch goes through :func:`launch`, which counts it: the tests hold the launches per call to
+the issue's budget (≤ 6 kernels forward, ≤ 16 forward and backward, ATen ops included).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import torch
+
+#: launches per kernel name since the process started (read by the tests and the GPU script)
+LAUNCHES: collections.Counter[str] = collections.Counter()
+
+#: programs per (b, h) row the split passes aim at, times the device's multiprocessors
+_WAVES = 2
+
+
+def block(size: int) -> int:
+    """A tile side for ``size``: the next power of two, at least 16 (``tl.dot``'s smallest)."""
+    return max(16, 1 << (size - 1).bit_length())
+
+
+def dot_options(dtype: torch.dtype) -> dict[str, object]:
+    """The large products' ``tl.dot`` options for inputs of ``dtype``: ``DOT``, the operands' dtype, and
+    ``PRECISION``: IEEE for float32 (PyTorch's matmuls default to it; TF32 would round to 10 bits).
+
+    Under Triton's interpreter bfloat16 operands are multiplied as float32 (exact products and float32
+    sums, what the tensor cores compute): Triton 3.9's interpreter multiplies bfloat16 tiles' bit
+    patterns as integers (numpy has no bfloat16)."""
+    import triton.language as tl
+
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+    if dtype == torch.float32 or (interpreted and dtype == torch.bfloat16):
+        return {"DOT": tl.float32, "PRECISION": "ieee"}
+    return {"DOT": {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dtype], "PRECISION": "tf32"}
+
+
+def splits(n: int, bh: int, bn: int, device: torch.device) -> tuple[int, int]:
+    """(tokens per split, splits) for the passes that cut n: enough programs for ``_WAVES`` waves over
+    the device's multiprocessors, each split a whole number of ``bn`` blocks."""
+    units = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    want = max(1, -(-_WAVES * units // bh))  # splits per (b, h)
+    blocks = -(-n // bn)
+    per_split = -(-blocks // min(want, blocks)) * bn
+    return per_split, -(-n // per_split)
+
+
+def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
+    """``kernel[grid](*args, **meta)``, counted in :data:`LAUNCHES`."""
+    LAUNCHES[kernel.__name__] += 1
+    kernel[grid](*args, **meta)

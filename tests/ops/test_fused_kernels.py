@@ -1,0 +1,316 @@
+"""The fused Triton kernels of Nyström attention (``nystrom.ops.nystrom.fused``).
+
+On a machine without CUDA they run on CPU tensors under Triton's interpreter: this module sets
+``TRITON_INTERPRET=1`` before any kernel is built (the kernels are built on first use), at small sizes.
+The same checks run on CUDA at real sizes under the ``gpu`` marker.
+
+Each call is compared with the float64 oracle (the materialised reference) and with the PyTorch path in
+the same dtype, forward and every gradient; padded tokens hold NaN where the test says so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first kernel build: the CPU runs them
+
+from nystrom import NystromAttention, nystrom_attention
+from nystrom.ops.nystrom import fused
+from nystrom.ops.nystrom.fused import LAUNCHES, fused_kernels
+from nystrom.ops.nystrom.fused import backward as fused_backward
+from nystrom.ops.nystrom.fused import forward as fused_forward
+from nystrom.ops.nystrom.fused.op import fused_attention_op
+from nystrom.ops.nystrom.fused.plan import plan
+from nystrom.ops.nystrom.naive import nystrom_attention_materialized
+
+from oracle import rel_err, right_pad_mask
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="triton is not installed (pip install triton, Linux)"
+)
+
+#: relative error allowed against the float64 oracle: outputs, gradients
+TOLERANCE = {torch.float32: (2e-5, 1e-4), torch.bfloat16: (2e-2, 6e-2), torch.float16: (3e-3, 1e-2)}
+
+
+def _interpreted():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present: the gpu-marked tests run the kernels there")
+    return "cpu"
+
+
+def _inputs(b, h, n, d, dv, dtype, device, *, nan_mask=None):
+    q, k = (torch.randn(b, h, n, d, device=device).to(dtype) for _ in range(2))
+    v = torch.randn(b, h, n, dv, device=device).to(dtype)
+    if nan_mask is not None:  # padded positions hold NaN: they must never be read
+        pad = ~nan_mask.to(device)[:, None, :, None]
+        q, k, v = (t.masked_fill(pad, float("nan")) for t in (q, k, v))
+    return [t.requires_grad_() for t in (q, k, v)]
+
+
+def _grads(out, inputs, weight):
+    return torch.autograd.grad((out.float() * weight).sum(), inputs)
+
+
+def _check_against_oracle(device, dtype, b, h, n, d, dv, m, lengths, segments, nan_padding):
+    mask = None if lengths is None else right_pad_mask(lengths, n).to(device)
+    q, k, v = _inputs(b, h, n, d, dv, dtype, device, nan_mask=mask if nan_padding else None)
+    options = dict(num_landmarks=m, mask=mask, segments=segments)
+    before = LAUNCHES["query_pass"]
+    with fused_kernels(True):
+        out = nystrom_attention(q, k, v, **options)
+    assert LAUNCHES["query_pass"] == before + 1  # the fused kernels ran
+    real = torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask
+    weight = torch.randn(out.shape, device=device) * real[:, None, :, None]  # a loss over real rows
+    got = _grads(out, (q, k, v), weight)
+    clean = [t.detach().double().nan_to_num(0.0).requires_grad_() for t in (q, k, v)]
+    ref = nystrom_attention_materialized(*clean, **options)
+    want = _grads(ref, clean, weight.double())
+    out_tol, grad_tol = TOLERANCE[dtype]
+    w = real[:, None, :, None]
+    assert rel_err(out.double() * w, ref * w) <= out_tol
+    assert torch.isfinite(out).all()
+    for name, g, r in zip("qkv", got, want):
+        assert torch.isfinite(g).all(), name
+        assert rel_err(g, r) <= grad_tol, name
+        if mask is not None:
+            assert (g * ~w).abs().max() == 0, name  # padded positions get no gradient
+
+
+CASES = [  # b, h, n, d, dv, m, lengths, segments
+    pytest.param(2, 2, 37, 16, 16, 8, None, "balanced", id="nomask-n-not-multiple-of-m"),
+    pytest.param(2, 2, 40, 16, 16, 8, None, "balanced", id="nomask-n-multiple-of-m"),
+    pytest.param(2, 3, 37, 32, 16, 8, [37, 29], "balanced", id="padded-d32-dv16"),
+    pytest.param(2, 1, 30, 16, 16, 16, [30, 9], "balanced", id="padded-fewer-real-than-m"),
+    pytest.param(1, 2, 45, 16, 16, 8, [40], "front_padded", id="front-padded-segments"),
+    pytest.param(1, 1, 70, 64, 64, 33, [61], "balanced", id="d64-m33"),
+    pytest.param(1, 1, 20, 16, 16, 32, None, "balanced", id="m-above-n"),
+]
+
+
+@pytest.mark.parametrize("b, h, n, d, dv, m, lengths, segments", CASES)
+def test_fused_equals_the_oracle(b, h, n, d, dv, m, lengths, segments):
+    _check_against_oracle(_interpreted(), torch.float32, b, h, n, d, dv, m, lengths, segments, False)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_fused_half_precision_equals_the_oracle(dtype):
+    _check_against_oracle(_interpreted(), dtype, 2, 2, 37, 16, 16, 8, [37, 25], "balanced", False)
+
+
+def test_nan_in_padded_positions_changes_nothing():
+    _check_against_oracle(_interpreted(), torch.float32, 2, 2, 37, 16, 16, 8, [37, 21], "balanced", True)
+
+
+def test_any_mask_not_only_right_padding():
+    device = _interpreted()
+    b, h, n, d, m = 2, 2, 33, 16, 8
+    mask = torch.rand(b, n) > 0.4
+    mask[:, 0] = True
+    q, k, v = _inputs(b, h, n, d, d, torch.float32, device, nan_mask=mask)
+    with fused_kernels(True):
+        out = nystrom_attention(q, k, v, num_landmarks=m, mask=mask)
+    clean = [t.detach().double().nan_to_num(0.0) for t in (q, k, v)]
+    ref = nystrom_attention_materialized(*clean, num_landmarks=m, mask=mask)
+    w = mask[:, None, :, None]
+    assert rel_err(out.double() * w, ref * w) <= 2e-5
+
+
+def test_fused_equals_the_pytorch_path_with_a_loss_over_every_row():
+    """The same function as the PyTorch path, padded rows' outputs included (their gradients reach the
+    real tokens through k̃ and A⁺·(B·V))."""
+    device = _interpreted()
+    mask = right_pad_mask([37, 23], 37)
+    q, k, v = _inputs(2, 2, 37, 16, 16, torch.float32, device)
+    weight = torch.randn(2, 2, 37, 16)
+    with fused_kernels(True):
+        out = nystrom_attention(q, k, v, num_landmarks=8, mask=mask)
+        got = _grads(out, (q, k, v), weight)
+    with fused_kernels(False):
+        ref = nystrom_attention(q, k, v, num_landmarks=8, mask=mask)
+        want = _grads(ref, (q, k, v), weight)
+    assert rel_err(out, ref) <= 2e-6
+    for g, r in zip(got, want):
+        assert rel_err(g, r) <= 2e-5
+
+
+def test_launches_per_call(monkeypatch):
+    """≤ 6 kernels forward and ≤ 16 forward and backward: five Triton launches forward, four and one ATen
+    sum backward. Counted inside the op's two kernels on meta tensors, the launches recorded instead of
+    run (the mask's plan is computed once per forward for all layers)."""
+    launched: list[str] = []
+    for module in (fused_forward, fused_backward):
+        monkeypatch.setattr(module, "launch", lambda kernel, grid, *a, **k: launched.append(kernel.__name__))
+    q, k, v = (torch.empty(2, 8, 4096, 64, device="meta") for _ in range(3))
+    p = plan(right_pad_mask([4096, 3000], 4096).to("meta"), 2, 4096, 64, "balanced", q.device)
+    with _AtenOps() as forward_ops:
+        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.inv_count, 0.125, 6)
+    forward, launched[:] = list(launched), []
+    with _AtenOps() as backward_ops:
+        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.inv_count, saved, 0.125)
+    assert forward == ["landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass"]
+    assert launched == ["query_backward", "landmark_backward", "key_backward", "query_landmarks"]
+    assert forward_ops.kernels == [] and backward_ops.kernels == ["aten.sum.dim_IntList"]
+    assert len(forward) + len(forward_ops.kernels) <= 6
+    assert len(forward) + len(launched) + len(forward_ops.kernels) + len(backward_ops.kernels) <= 16
+
+
+def test_a_loss_whose_gradient_is_expanded_ones():
+    """``out.sum()`` hands the backward a stride-0 gradient (regression: the kernels read it as rows)."""
+    device = _interpreted()
+    q, k, v = _inputs(1, 2, 37, 16, 16, torch.float32, device)
+    grads = []
+    for enabled in (True, False):
+        with fused_kernels(enabled):
+            grads.append(torch.autograd.grad(nystrom_attention(q, k, v, num_landmarks=8).sum(), (q, k, v)))
+    for g, r in zip(*grads):
+        assert rel_err(g, r) <= 2e-5
+
+
+class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """The ATen ops that launch work (allocations and views do not)."""
+
+    FREE = ("empty", "empty_like", "new_empty", "transpose", "view", "as_strided", "detach", "alias", "t")
+
+    def __init__(self):
+        super().__init__()
+        self.kernels: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.__name__.split(".")[0] not in self.FREE and func.namespace == "aten":
+            self.kernels.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(dict(num_landmarks=256), id="m-256"),
+        pytest.param(dict(num_landmarks=8, pinv="exact"), id="exact-pinv"),
+        pytest.param(dict(num_landmarks=8, pinv_init="original"), id="batch-wide-z0"),
+        pytest.param(dict(num_landmarks=8, dtype=torch.float64), id="float64"),
+        pytest.param(dict(num_landmarks=8, d=160), id="head-dim-160"),
+    ],
+)
+def test_shapes_the_kernels_do_not_cover_run_the_pytorch_path(options):
+    device = _interpreted()
+    options = dict(options)
+    dtype, d = options.pop("dtype", torch.float32), options.pop("d", 16)
+    q, k, v = _inputs(1, 2, 300, d, 16, dtype, device)
+    before = LAUNCHES.copy()
+    with fused_kernels(True):
+        assert not fused.covers(q, v, num_landmarks=options["num_landmarks"],
+                                pinv=options.get("pinv", "iterative"),
+                                pinv_init=options.get("pinv_init", "per_matrix"))  # fmt: skip
+        out = nystrom_attention(q, k, v, **options)
+    assert LAUNCHES == before
+    ref = nystrom_attention_materialized(*(t.detach().double() for t in (q, k, v)), **options)
+    assert rel_err(out, ref) <= 1e-5
+
+
+def test_module_training_step_equals_the_pytorch_path():
+    """The attention module (projections, conv skip, output) through the fused kernels: loss and every
+    parameter's gradient equal the PyTorch path's."""
+    _interpreted()
+    torch.manual_seed(0)
+    layer = NystromAttention(32, heads=2, dim_head=16, num_landmarks=8, conv_kernel_size=5)
+    x = torch.randn(2, 37, 32)
+    mask = right_pad_mask([37, 30], 37)
+    results = []
+    for enabled in (True, False):
+        layer.zero_grad()
+        with fused_kernels(enabled):
+            loss = (layer(x, mask=mask) * mask[..., None]).square().mean()
+            loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in layer.parameters()]))
+    (loss_f, grads_f), (loss_p, grads_p) = results
+    assert rel_err(loss_f, loss_p) <= 1e-6
+    for g, r in zip(grads_f, grads_p):
+        assert rel_err(g, r) <= 1e-4
+
+
+def test_autocast_runs_in_the_autocast_dtype():
+    device = _interpreted()
+    q, k, v = _inputs(1, 2, 37, 16, 16, torch.float32, device)
+    with torch.autocast(device, dtype=torch.bfloat16), fused_kernels(True):
+        out = nystrom_attention(q, k, v, num_landmarks=8)
+        p = plan(None, 1, 37, 8, "balanced", q.device)
+        direct = fused_attention_op(q, k, v, p.seg, p.bounds, p.inv_count, 0.25, 6)[0]
+    assert out.dtype == torch.float32  # the entry point keeps the inputs' dtype under autocast
+    assert direct.dtype == torch.bfloat16  # the op alone follows autocast, like SDPA
+    ref = nystrom_attention_materialized(*(t.detach().double() for t in (q, k, v)), num_landmarks=8)
+    assert rel_err(direct, ref) <= 2e-2
+
+
+def test_opcheck():
+    """torch.library's own checks of the op: schema, fake kernel, autograd registration."""
+    device = _interpreted()
+    q, k, v = _inputs(1, 2, 21, 16, 16, torch.float32, device)
+    p = plan(right_pad_mask([17], 21), 1, 21, 8, "balanced", q.device)
+    torch.library.opcheck(
+        fused_attention_op, (q, k, v, p.seg, p.bounds, p.inv_count, 0.25, 6),
+        test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
+    )  # fmt: skip
+
+
+def test_compile_traces_the_op_without_graph_breaks():
+    device = _interpreted()
+    q, k, v = _inputs(1, 2, 37, 16, 16, torch.float32, device)
+    mask = right_pad_mask([30], 37)
+
+    def attend(q, k, v, mask):
+        return nystrom_attention(q, k, v, num_landmarks=8, mask=mask)
+
+    with fused_kernels(True):
+        eager = attend(q, k, v, mask)
+        compiled = torch.compile(attend, backend="aot_eager", fullgraph=True)(q, k, v, mask)
+        (g_eager,) = torch.autograd.grad(eager.sum(), q)
+        (g_compiled,) = torch.autograd.grad(compiled.sum(), q)
+    assert rel_err(compiled, eager) <= 1e-6
+    assert rel_err(g_compiled, g_eager) <= 1e-6
+
+
+def test_fused_kernels_without_the_interpreter_or_a_gpu_raises(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU runs them")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
+        with fused_kernels(True):
+            pass
+    with pytest.raises(TypeError, match="bool"):
+        with fused_kernels(1):
+            pass
+
+
+# --- the same on CUDA at real sizes -------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("d, m", [(32, 16), (64, 64), (128, 128)], ids=["d32-m16", "d64-m64", "d128-m128"])
+def test_cuda_fused_equals_the_oracle(dtype, d, m):
+    n = 1000  # not a multiple of m; the oracle materialises n×m in float64
+    _check_against_oracle("cuda", dtype, 2, 4, n, d, d, m, [n, 700], "balanced", True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_cuda_fused_equals_the_pytorch_path_at_4k(dtype):
+    q, k, v = _inputs(2, 8, 4096, 64, 64, dtype, "cuda")
+    mask = right_pad_mask([4096, 3000], 4096).cuda()
+    weight = torch.randn(2, 8, 4096, 64, device="cuda")
+    results = []
+    for enabled in (True, False):
+        with fused_kernels(enabled):
+            out = nystrom_attention(q, k, v, num_landmarks=64, mask=mask)
+            results.append((out, _grads(out, (q, k, v), weight)))
+    (out, got), (ref, want) = results
+    out_tol, grad_tol = TOLERANCE[dtype]
+    assert rel_err(out, ref) <= out_tol
+    for g, r in zip(got, want):
+        assert rel_err(g, r) <= grad_tol
