@@ -81,10 +81,13 @@ def _setup(ctx, inputs, output) -> None:
     ctx.save_for_backward(q, k, v, seg, inv_count, *output)
     ctx.scale = scale
     ctx.mark_non_differentiable(*output[1:])
+    ctx.set_materialize_grads(False)  # the saved outputs get no gradient: no zero tensors (launches) for them
 
 
 def _grad(ctx, grads):
     q, k, v, seg, inv_count, *saved = ctx.saved_tensors
+    if grads[0] is None:  # the output took no part in the loss
+        return None, None, None, None, None, None, None, None
     with autocast_off(q.device.type):
         dq, dk, dv = fused_attention_backward_op(grads[0], q, k, v, seg, inv_count, saved, ctx.scale)
     return dq, dk, dv, None, None, None, None, None
