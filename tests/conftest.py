@@ -10,6 +10,12 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # tests import the float64 oracles from oracle.py
 
+if not torch.cuda.is_available():
+    # Without a GPU, Triton's CPU interpreter runs the fused kernels (tests/ops/test_fused_kernels.py). Set
+    # before anything imports triton: triton.language's own @jit helpers (tl.max, tl.sum, ...) are built for
+    # the interpreter only when it is on at their import, and torch.compile's tests import triton early.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 # Property-based tests: HYPOTHESIS_PROFILE=ci (default: short, derandomized, so CI is stable) or long
 # (local fuzzing: many random examples, failures kept in .hypothesis/ and replayed first).
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None)

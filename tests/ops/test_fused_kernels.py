@@ -1,7 +1,7 @@
 """The fused Triton kernels of Nyström attention (``nystrom.ops.nystrom.fused``).
 
-On a machine without CUDA they run on CPU tensors under Triton's interpreter: this module sets
-``TRITON_INTERPRET=1`` before any kernel is built (the kernels are built on first use), at small sizes.
+On a machine without CUDA they run on CPU tensors under Triton's interpreter, at small sizes: conftest.py
+sets ``TRITON_INTERPRET=1`` there before anything imports triton.
 The same checks run on CUDA at real sizes under the ``gpu`` marker.
 
 Each call is compared with the float64 oracle (the materialised reference) and with the PyTorch path in
@@ -11,13 +11,9 @@ the same dtype, forward and every gradient; padded tokens hold NaN where the tes
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first kernel build: the CPU runs them
 
 from nystrom import NystromAttention, nystrom_attention
 from nystrom.ops.nystrom import fused

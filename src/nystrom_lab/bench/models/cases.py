@@ -43,7 +43,10 @@ MODES = ("inference", "train")
 #: (``nystrom.model.graphs.GraphedForward``), and ``torch.compile(mode="reduce-overhead")`` (inductor + CUDA
 #: graphs; a training step compiles the encoder, the MLM head and AdamW stay eager). CUDA only.
 GRAPHED = ("ours-nystrom-graphed", "ours-nystrom-compiled")
-ALL_MODELS = MODELS + GRAPHED
+#: for the GPU run: ours with the fused Triton kernels off (on the CPU it is ours-nystrom itself), and
+#: transformers' BERT with attn_implementation="nystrom"
+COMPARED = ("ours-nystrom-pytorch", "hf-bert-nystrom")
+ALL_MODELS = MODELS + GRAPHED + COMPARED
 
 
 def refusal(model: str, mode: str, device: str) -> str | None:
@@ -70,7 +73,8 @@ def build(model: str, *, size: dict, n: int, mode: str):
         from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, NystromformerModel
 
         attention = {"name": "softmax"}
-        if model.startswith("ours-nystrom"):  # -recompute: q/k/v recomputed in the backward (leaner training)
+        # -recompute: q/k/v recomputed in the backward (leaner training); -pytorch: the fused kernels off
+        if model.startswith("ours-nystrom"):
             attention = {"name": "nystrom", "num_landmarks": landmarks, "conv_kernel_size": 65,
                          "recompute": model.endswith("-recompute")}  # fmt: skip
         cfg = NystromformerConfig(
@@ -90,9 +94,11 @@ def build(model: str, *, size: dict, n: int, mode: str):
         cfg = transformers.BigBirdConfig(**common, max_position_embeddings=n, attention_type="block_sparse",
                                          block_size=64, num_random_blocks=3)  # fmt: skip
         cls = transformers.BigBirdForMaskedLM if train else transformers.BigBirdModel
-    elif model == "hf-bert":
+    elif model in ("hf-bert", "hf-bert-nystrom"):
+        import nystrom  # noqa: F401  (registers attn_implementation="nystrom")
+
         cfg = transformers.BertConfig(**common, max_position_embeddings=n)
-        cfg._attn_implementation = "sdpa"
+        cfg._attn_implementation = "sdpa" if model == "hf-bert" else "nystrom"
         cls = transformers.BertForMaskedLM if train else transformers.BertModel
     else:
         raise ValueError(
@@ -102,7 +108,21 @@ def build(model: str, *, size: dict, n: int, mode: str):
 
 
 def make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int, device=None):
-    """A no-argument function running one inference forward or one training step of ``net``."""
+    """A no-argument function running one inference forward or one training step of ``net``
+    (``ours-nystrom-pytorch``: with the fused Triton kernels off)."""
+    call = _make_call(model, net, n=n, batch=batch, mode=mode, vocab=vocab, device=device)
+    if model != "ours-nystrom-pytorch":
+        return call
+    from nystrom.ops.nystrom.fused import fused_kernels
+
+    def on_the_pytorch_path():
+        with fused_kernels(False):
+            return call()
+
+    return on_the_pytorch_path
+
+
+def _make_call(model: str, net, *, n: int, batch: int, mode: str, vocab: int, device=None):
     import torch
 
     from nystrom_lab.text.mlm import masked_token_loss

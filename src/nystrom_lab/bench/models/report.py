@@ -18,6 +18,7 @@ LABELS = {
     "ours-nystrom": "ours-nystrom", "ours-nystrom-recompute": "ours recompute", "ours-softmax": "ours-softmax",
     "hf-nystromformer": "HF Nystromformer", "hf-longformer": "HF Longformer", "hf-bigbird": "HF BigBird",
     "hf-bert": "HF BERT", "ours-nystrom-graphed": "ours CUDA graph", "ours-nystrom-compiled": "ours compiled",
+    "ours-nystrom-pytorch": "ours PyTorch path", "hf-bert-nystrom": "HF BERT nystrom",
 }  # fmt: skip
 
 

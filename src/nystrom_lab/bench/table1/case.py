@@ -16,6 +16,7 @@ import math
 import torch
 
 from nystrom.attention import REGISTRY, AttentionBase
+from nystrom.ops.nystrom.fused import fused_kernels
 from nystrom_lab.bench.measure import median_time_ms, peak_memory_mb
 from nystrom_lab.bench.table1 import outside_modules
 from nystrom_lab.bench.table1.report import METHODS
@@ -39,6 +40,19 @@ class MaterializedSoftmaxAttention(AttentionBase):
         return torch.softmax(scores, -1) @ v  # (b, h, n, d)
 
 
+class PyTorchPath(torch.nn.Module):
+    """``module`` with Nyström attention on its PyTorch path (the fused Triton kernels off): the GPU table
+    compares the two."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with fused_kernels(False):
+            return self.module(x)
+
+
 def build_module(method: str, *, n: int, heads: int, dim_head: int) -> torch.nn.Module:
     """The attention module of ``method`` (a key of :data:`METHODS`) for inputs of n tokens: an
     :class:`AttentionBase` of ours, or a wrapped outside one (:mod:`nystrom_lab.bench.table1.outside_modules`)."""
@@ -50,6 +64,8 @@ def build_module(method: str, *, n: int, heads: int, dim_head: int) -> torch.nn.
         return outside_modules.build(name, n=n, heads=heads, dim_head=dim_head, opts=opts)
     if name == "transformer":
         return MaterializedSoftmaxAttention(e, heads=heads, dim_head=dim_head)
+    if name == "nystrom-pytorch":
+        return PyTorchPath(REGISTRY["nystrom"](e, heads=heads, dim_head=dim_head, **opts))
     if name == "linformer":
         opts = {**opts, "max_seq_len": n}  # its (p, N) projections are sized for the longest input
     return REGISTRY[name](e, heads=heads, dim_head=dim_head, **opts)

@@ -18,6 +18,7 @@ METHODS: dict[str, tuple[str, str, dict]] = {
     "longformer-257": ("Longformer-257", "longformer", {"window_size": 257}),
     "nystrom-64": ("Nyströmformer-64", "nystrom", {"num_landmarks": 64, "conv_kernel_size": None}),
     "nystrom-32": ("Nyströmformer-32", "nystrom", {"num_landmarks": 32, "conv_kernel_size": None}),
+    "nystrom-64-pytorch": ("Nyströmformer-64, PyTorch path", "nystrom-pytorch", {"num_landmarks": 64, "conv_kernel_size": None}),
     "performer-256": ("Performer-256", "performer", {"num_features": 256}),
     "reformer-2": ("Reformer-2", "reformer", {"n_hashes": 2, "bucket_size": 64}),
     # outside our registry (nystrom_lab.bench.table1.outside_modules): not run unless asked for
