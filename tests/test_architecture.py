@@ -40,13 +40,13 @@ DISPATCH = {
     "nystrom/ops/nystrom/dispatch.py": "nystrom_attention",
     "nystrom/ops/pinv/dispatch.py": "iterative_pinv",
     "nystrom/ops/softmax/sdpa.py": "softmax_attention",
-    "nystrom/layers/conv.py": "conv_path",
+    "nystrom/ops/conv/banded.py": "conv_path",
     "nystrom/layers/ffn.py": "row_blocks",
     "nystrom/layers/projection.py": "project_heads",
 }
 PREDICATE = re.compile(r"(?<!\w)accelerator_path\s*\(")  # the call, not force_accelerator_path()
 #: op folder -> its plain reference, the one every implementation is tested against
-REFERENCES = {"nystrom": "naive.py", "pinv": "naive.py"}
+REFERENCES = {"nystrom": "naive.py", "pinv": "naive.py", "conv": "naive.py"}
 
 
 def modules() -> dict[str, Path]:

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from nystrom.layers import conv
-from nystrom.layers.conv import depthwise_seq_conv, depthwise_seq_conv_add_
 from nystrom.layers.dropout import Dropout, dropout
+from nystrom.ops.conv import banded as conv
+from nystrom.ops.conv import depthwise_seq_conv, depthwise_seq_conv_add_
 
 
 @pytest.mark.parametrize(

@@ -128,7 +128,8 @@ def test_sharing_is_per_mask_object_and_version():
 
 
 def test_no_cpu_cache_blocking_on_the_accelerator_path(monkeypatch):
-    from nystrom.layers import conv, ffn
+    from nystrom.layers import ffn
+    from nystrom.ops.conv import banded as conv
 
     monkeypatch.setattr(ffn, "BLOCK_BYTES", 8)  # one row per block on CPU
     monkeypatch.setattr(conv, "GROUP_BYTES", 8)  # one head per group on CPU

@@ -1,7 +1,8 @@
 """Every implementation of an op against the op's one plain reference (its ``naive.py``), forward and
 gradients, in float64: Nyström attention's CPU path (its threaded kernels and the SDPA it takes for short
 inputs), accelerator path and traceable path against ``nystrom_attention_materialized``, and the fused
-pseudo-inverse op against ``reference_pinv``. Each implementation is reached through the op's dispatch."""
+pseudo-inverse op against ``reference_pinv``, the conv skip's three paths against ``reference_conv_skip``.
+Each implementation is reached through the op's dispatch."""
 
 import contextlib
 
@@ -61,3 +62,26 @@ def test_fused_pinv_op_equals_the_reference(init):
         got = iterative_pinv(a, 6, init)
     assert torch.equal(got, want)  # the same arithmetic
     assert rel_err(torch.autograd.grad(got, a, g)[0], torch.autograd.grad(want, a, g)[0]) <= 1e-12
+
+
+CONV_PATHS = ("cpu", "accelerator", "traced")
+
+
+@pytest.mark.parametrize("path", CONV_PATHS)
+def test_conv_skip_equals_the_reference(path, monkeypatch):
+    """The conv skip's three implementations (banded GEMMs, one conv2d, shifted multiply-adds) against
+    ``reference_conv_skip``, forward and both gradients, in float64."""
+    from nystrom.ops.conv import banded, conv_skip, reference_conv_skip
+
+    if path == "traced":
+        monkeypatch.setattr(banded.torch.compiler, "is_compiling", lambda: True)
+    v = torch.randn(2, 3, 40, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 1, 7, 1, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(2, 3, 40, 8, dtype=torch.float64)
+    with force_accelerator_path() if path == "accelerator" else contextlib.nullcontext():
+        assert banded.conv_path(v) == path
+        out = conv_skip(v, w)
+    ref = reference_conv_skip(v, w)
+    assert rel_err(out, ref) <= 1e-12
+    for got, want in zip(torch.autograd.grad((out * g).sum(), (v, w)), torch.autograd.grad((ref * g).sum(), (v, w))):
+        assert rel_err(got, want) <= 1e-12

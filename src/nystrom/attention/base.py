@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from nystrom.attention.recompute import recompute_attention
-from nystrom.layers.conv import add_conv_skip
+from nystrom.ops.conv import add_conv_skip
 from nystrom.layers.dense import dense_module
 from nystrom.layers.dropout import Dropout
 from nystrom.layers.projection import project_heads

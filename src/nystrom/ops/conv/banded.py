@@ -1,5 +1,5 @@
-"""Depthwise convolution of V over the sequence (the Nyströmformer's skip connection): banded GEMMs on the
-CPU, and :func:`conv_skip`/:func:`add_conv_skip`, which pick the implementation (:func:`conv_path`).
+"""The conv skip's CPU implementation: the depthwise convolution of V over the sequence as banded GEMMs
+(the op's reference is :mod:`.naive`, its dispatch :mod:`.dispatch`).
 
 Legend: b batch, h heads, n tokens, d head dim, K kernel length (odd), P = K // 2, c block rows,
 nb = ⌈n / c⌉ blocks, W = c + K − 1 rows of one block's window.
@@ -189,38 +189,3 @@ def depthwise_seq_conv(
     w = _check(x, weight, block_rows)
     with autocast_off(x.device.type):
         return _SeqConv.apply(x, w.to(x.dtype), block_rows)
-
-
-def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The depthwise conv skip ``Conv2d(h, h, (K, 1), padding=(K // 2, 0), groups=h, bias=False)`` of v.
-
-    v (b, h, n, d), weight (h, 1, K, 1) -> (b, h, n, d) in v's dtype. Eagerly as banded GEMMs
-    (:func:`depthwise_seq_conv`, faster on CPU); traced, as K shifted multiply-adds that the compiler
-    fuses into one loop (the GEMMs' strided views, and inductor's CPU conv2d, would pin n to one value).
-    On the accelerator path, one ``F.conv2d`` (cuDNN's depthwise kernel; it wants a contiguous input).
-    """
-    path = conv_path(v)
-    if path == "accelerator":
-        h, k = weight.shape[0], weight.shape[2]
-        return F.conv2d(v.contiguous(), weight.to(v.dtype), padding=(k // 2, 0), groups=h)  # (b, h, n, d)
-    if path == "cpu":
-        return depthwise_seq_conv(v, weight)
-    h, k, n = weight.shape[0], weight.shape[2], v.shape[2]
-    w = weight.to(v.dtype).view(1, h, k, 1)  # (1, h, K, 1)
-    vp = F.pad(v, (0, 0, k // 2, k // 2))  # (b, h, n + K − 1, d)
-    return sum(vp[:, :, j : j + n] * w[:, :, j : j + 1] for j in range(k))  # (b, h, n, d)
-
-
-def add_conv_skip(o: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``o + conv_skip(v, weight)``, o and v (b, h, n, d). Without autograd, eagerly on CPU, the conv is
-    added into ``o`` where o is the core's own fresh result (not sharing memory with v, hence with the
-    q/k/v projection): no (b, h, n, d) conv tensor and no separate add (inference)."""
-    if torch.is_grad_enabled() or conv_path(v) != "cpu":  # traced first: dynamo has no storages
-        # o first: the sum keeps o's (b, n, h, d) layout (SDPA's), so the head merge is a view
-        return o + conv_skip(v, weight)
-    own = (
-        o.dtype == v.dtype
-        and o.shape == v.shape
-        and o.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
-    )
-    return depthwise_seq_conv_add_(o, v, weight) if own else o + conv_skip(v, weight)
