@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from nystrom import NystromAttention, nystrom_attention
+from nystrom.ops.conv import reference_conv_skip
 from nystrom.ops.nystrom import fused
 from nystrom.ops.nystrom.fused import LAUNCHES, fused_kernels
 from nystrom.ops.nystrom.fused import backward as fused_backward
@@ -53,54 +54,60 @@ def _grads(out, inputs, weight):
     return torch.autograd.grad((out.float() * weight).sum(), inputs)
 
 
-def _check_against_oracle(device, dtype, b, h, n, d, dv, m, lengths, segments, nan_padding):
+def _check_against_oracle(device, dtype, b, h, n, d, dv, m, lengths, segments, nan_padding, taps=None):
     mask = None if lengths is None else right_pad_mask(lengths, n).to(device)
     q, k, v = _inputs(b, h, n, d, dv, dtype, device, nan_mask=mask if nan_padding else None)
+    conv = None if taps is None else (torch.randn(h, 1, taps, 1, device=device) / taps).requires_grad_()
     options = dict(num_landmarks=m, mask=mask, segments=segments)
     before = LAUNCHES["query_pass"]
     with fused_kernels(True):
-        out = nystrom_attention(q, k, v, **options)
+        out = nystrom_attention(q, k, v, **options, conv_weight=conv)
     assert LAUNCHES["query_pass"] == before + 1  # the fused kernels ran
     real = torch.ones(b, n, dtype=torch.bool, device=device) if mask is None else mask
     weight = torch.randn(out.shape, device=device) * real[:, None, :, None]  # a loss over real rows
-    got = _grads(out, (q, k, v), weight)
-    clean = [t.detach().double().nan_to_num(0.0).requires_grad_() for t in (q, k, v)]
-    ref = nystrom_attention_materialized(*clean, **options)
+    inputs = (q, k, v) if conv is None else (q, k, v, conv)
+    got = _grads(out, inputs, weight)
+    clean = [t.detach().double().nan_to_num(0.0).requires_grad_() for t in inputs]
+    ref = nystrom_attention_materialized(*clean[:3], **options)
+    if conv is not None:  # the skip of the zeroed v
+        ref = ref + reference_conv_skip(clean[2] * real[:, None, :, None], clean[3])
     want = _grads(ref, clean, weight.double())
     out_tol, grad_tol = TOLERANCE[dtype]
     w = real[:, None, :, None]
     assert rel_err(out.double() * w, ref * w) <= out_tol
     assert torch.isfinite(out).all()
-    for name, g, r in zip("qkv", got, want):
+    for name, g, r in zip(("q", "k", "v", "conv"), got, want):
         assert torch.isfinite(g).all(), name
         assert rel_err(g, r) <= grad_tol, name
-        if mask is not None:
+        if mask is not None and name != "conv":
             assert (g * ~w).abs().max() == 0, name  # padded positions get no gradient
 
 
-CASES = [  # b, h, n, d, dv, m, lengths, segments
-    pytest.param(2, 2, 37, 16, 16, 8, None, "balanced", id="nomask-n-not-multiple-of-m"),
-    pytest.param(2, 2, 40, 16, 16, 8, None, "balanced", id="nomask-n-multiple-of-m"),
-    pytest.param(2, 3, 37, 32, 16, 8, [37, 29], "balanced", id="padded-d32-dv16"),
-    pytest.param(2, 1, 30, 16, 16, 16, [30, 9], "balanced", id="padded-fewer-real-than-m"),
-    pytest.param(1, 2, 45, 16, 16, 8, [40], "front_padded", id="front-padded-segments"),
-    pytest.param(1, 1, 70, 64, 64, 33, [61], "balanced", id="d64-m33"),
-    pytest.param(1, 1, 20, 16, 16, 32, None, "balanced", id="m-above-n"),
+CASES = [  # b, h, n, d, dv, m, lengths, segments, conv taps
+    pytest.param(2, 2, 37, 16, 16, 8, None, "balanced", None, id="nomask-n-not-multiple-of-m"),
+    pytest.param(2, 2, 40, 16, 16, 8, None, "balanced", None, id="nomask-n-multiple-of-m"),
+    pytest.param(2, 3, 37, 32, 16, 8, [37, 29], "balanced", None, id="padded-d32-dv16"),
+    pytest.param(2, 1, 30, 16, 16, 16, [30, 9], "balanced", None, id="padded-fewer-real-than-m"),
+    pytest.param(1, 2, 45, 16, 16, 8, [40], "front_padded", None, id="front-padded-segments"),
+    pytest.param(1, 1, 70, 64, 64, 33, [61], "balanced", None, id="d64-m33"),
+    pytest.param(1, 1, 20, 16, 16, 32, None, "balanced", None, id="m-above-n"),
+    pytest.param(2, 2, 37, 16, 16, 8, [37, 20], "balanced", 5, id="conv-5-padded"),
+    pytest.param(1, 2, 90, 16, 32, 8, [80], "balanced", 65, id="conv-65-dv32"),
 ]
 
 
-@pytest.mark.parametrize("b, h, n, d, dv, m, lengths, segments", CASES)
-def test_fused_equals_the_oracle(b, h, n, d, dv, m, lengths, segments):
-    _check_against_oracle(_interpreted(), torch.float32, b, h, n, d, dv, m, lengths, segments, False)
+@pytest.mark.parametrize("b, h, n, d, dv, m, lengths, segments, taps", CASES)
+def test_fused_equals_the_oracle(b, h, n, d, dv, m, lengths, segments, taps):
+    _check_against_oracle(_interpreted(), torch.float32, b, h, n, d, dv, m, lengths, segments, False, taps)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 def test_fused_half_precision_equals_the_oracle(dtype):
-    _check_against_oracle(_interpreted(), dtype, 2, 2, 37, 16, 16, 8, [37, 25], "balanced", False)
+    _check_against_oracle(_interpreted(), dtype, 2, 2, 37, 16, 16, 8, [37, 25], "balanced", False, 5)
 
 
 def test_nan_in_padded_positions_changes_nothing():
-    _check_against_oracle(_interpreted(), torch.float32, 2, 2, 37, 16, 16, 8, [37, 21], "balanced", True)
+    _check_against_oracle(_interpreted(), torch.float32, 2, 2, 37, 16, 16, 8, [37, 21], "balanced", True, 7)
 
 
 def test_any_mask_not_only_right_padding():
@@ -135,23 +142,26 @@ def test_fused_equals_the_pytorch_path_with_a_loss_over_every_row():
         assert rel_err(g, r) <= 2e-5
 
 
-def test_launches_per_call(monkeypatch):
+@pytest.mark.parametrize("taps", [None, 65], ids=["no-conv", "conv-65"])
+def test_launches_per_call(taps, monkeypatch):
     """≤ 6 kernels forward and ≤ 16 forward and backward: five Triton launches forward, four and one ATen
-    sum backward. Counted inside the op's two kernels on meta tensors, the launches recorded instead of
-    run (the mask's plan is computed once per forward for all layers)."""
+    sum backward (two with the conv skip). Counted inside the op's two kernels on meta tensors, the
+    launches recorded instead of run (the mask's plan is computed once per forward for all layers)."""
     launched: list[str] = []
     for module in (fused_forward, fused_backward):
         monkeypatch.setattr(module, "launch", lambda kernel, grid, *a, **k: launched.append(kernel.__name__))
     q, k, v = (torch.empty(2, 8, 4096, 64, device="meta") for _ in range(3))
+    w = None if taps is None else torch.empty(8, taps, device="meta")
     p = plan(right_pad_mask([4096, 3000], 4096).to("meta"), 2, 4096, 64, "balanced", q.device)
     with _AtenOps() as forward_ops:
-        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.inv_count, 0.125, 6)
+        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.inv_count, w, 0.125, 6)
     forward, launched[:] = list(launched), []
     with _AtenOps() as backward_ops:
-        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.inv_count, saved, 0.125)
+        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.inv_count, w, saved, 0.125)
     assert forward == ["landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass"]
     assert launched == ["query_backward", "landmark_backward", "key_backward", "query_landmarks"]
-    assert forward_ops.kernels == [] and backward_ops.kernels == ["aten.sum.dim_IntList"]
+    assert forward_ops.kernels == []
+    assert backward_ops.kernels == ["aten.sum.dim_IntList"] * (1 if taps is None else 2)
     assert len(forward) + len(forward_ops.kernels) <= 6
     assert len(forward) + len(launched) + len(forward_ops.kernels) + len(backward_ops.kernels) <= 16
 
@@ -171,7 +181,7 @@ def test_a_loss_whose_gradient_is_expanded_ones():
 class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
     """The ATen ops that launch work (allocations and views do not)."""
 
-    FREE = ("empty", "empty_like", "new_empty", "transpose", "view", "as_strided", "detach", "alias", "t")
+    FREE = ("empty", "empty_like", "new_empty", "transpose", "view", "as_strided", "detach", "alias", "t", "slice")
 
     def __init__(self):
         super().__init__()
@@ -211,7 +221,7 @@ def test_shapes_the_kernels_do_not_cover_run_the_pytorch_path(options):
 
 def test_module_training_step_equals_the_pytorch_path():
     """The attention module (projections, conv skip, output) through the fused kernels: loss and every
-    parameter's gradient equal the PyTorch path's."""
+    parameter's gradient (the conv's included) equal the PyTorch path's."""
     _interpreted()
     torch.manual_seed(0)
     layer = NystromAttention(32, heads=2, dim_head=16, num_landmarks=8, conv_kernel_size=5)
@@ -236,7 +246,7 @@ def test_autocast_runs_in_the_autocast_dtype():
     with torch.autocast(device, dtype=torch.bfloat16), fused_kernels(True):
         out = nystrom_attention(q, k, v, num_landmarks=8)
         p = plan(None, 1, 37, 8, "balanced", q.device)
-        direct = fused_attention_op(q, k, v, p.seg, p.bounds, p.inv_count, 0.25, 6)[0]
+        direct = fused_attention_op(q, k, v, p.seg, p.bounds, p.inv_count, None, 0.25, 6)[0]
     assert out.dtype == torch.float32  # the entry point keeps the inputs' dtype under autocast
     assert direct.dtype == torch.bfloat16  # the op alone follows autocast, like SDPA
     ref = nystrom_attention_materialized(*(t.detach().double() for t in (q, k, v)), num_landmarks=8)
@@ -248,8 +258,9 @@ def test_opcheck():
     device = _interpreted()
     q, k, v = _inputs(1, 2, 21, 16, 16, torch.float32, device)
     p = plan(right_pad_mask([17], 21), 1, 21, 8, "balanced", q.device)
+    w = torch.randn(2, 5, requires_grad=True)
     torch.library.opcheck(
-        fused_attention_op, (q, k, v, p.seg, p.bounds, p.inv_count, 0.25, 6),
+        fused_attention_op, (q, k, v, p.seg, p.bounds, p.inv_count, w, 0.25, 6),
         test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
     )  # fmt: skip
 

@@ -16,10 +16,10 @@ import torch
 from torch import nn
 
 from nystrom.attention.recompute import recompute_attention
-from nystrom.ops.conv import add_conv_skip
 from nystrom.layers.dense import dense_module
 from nystrom.layers.dropout import Dropout
 from nystrom.layers.projection import project_heads
+from nystrom.ops.conv import add_conv_skip
 from nystrom.ops.nystrom.landmarks import shared, shared_landmarks
 from nystrom.utils.checks import (
     check_dtype_matches,

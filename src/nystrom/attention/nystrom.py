@@ -75,18 +75,26 @@ class NystromAttention(AttentionBase):
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
     ) -> torch.Tensor:
         """(b, h, n, d) x3 -> (b, h, n, d)."""
+        return self._nystrom(q, k, v, mask, None)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        conv_weight: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Heads (b, g, n, d) -> merged (b, n, g·d): the attention and its conv skip in one op call (the
+        fused kernels add the skip in their query pass)."""
+        return self._nystrom(q, k, v, mask, conv_weight).transpose(1, 2).flatten(2)
+
+    def _nystrom(self, q, k, v, mask, conv_weight) -> torch.Tensor:
         return nystrom_attention(
-            q,
-            k,
-            v,
-            num_landmarks=self.num_landmarks,
-            mask=mask,
-            pinv_iterations=self.pinv_iterations,
-            pinv=self.pinv,
-            pinv_init=self.pinv_init,
-            scale=self.scale,
+            q, k, v, num_landmarks=self.num_landmarks, mask=mask, pinv_iterations=self.pinv_iterations,
+            pinv=self.pinv, pinv_init=self.pinv_init, scale=self.scale, conv_weight=conv_weight,
             padded_finite=True,  # AttentionBase.forward zeroed x: padded q, k, v are the biases (finite)
-        )
+        )  # fmt: skip
 
     def extra_repr(self) -> str:
         return (

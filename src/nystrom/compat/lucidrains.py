@@ -30,9 +30,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from nystrom.ops.conv import add_conv_skip
 from nystrom.layers.dropout import Dropout
 from nystrom.layers.projection import project_heads
+from nystrom.ops.conv import add_conv_skip
 from nystrom.ops.nystrom import nystrom_attention, nystrom_factors
 from nystrom.ops.pinv import PINV_INITS
 from nystrom.utils.checks import (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.ops.conv.banded import conv_path, depthwise_seq_conv, depthwise_seq_conv_add_
+from nystrom.ops.conv.banded import BLOCK_ROWS, _check, conv_path, depthwise_seq_conv, depthwise_seq_conv_add_
 
 
 def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -50,3 +50,12 @@ def add_conv_skip(o: torch.Tensor, v: torch.Tensor, weight: torch.Tensor) -> tor
         and o.untyped_storage().data_ptr() != v.untyped_storage().data_ptr()
     )
     return depthwise_seq_conv_add_(o, v, weight) if own else o + conv_skip(v, weight)
+
+
+def conv_taps(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """The (h, K) taps of a conv skip ``weight`` ((h, 1, K, 1) or (h, K), K odd) for v (b, h, n, d), checked."""
+    if not isinstance(weight, torch.Tensor) or not weight.is_floating_point():
+        raise TypeError(f"conv_weight must be a floating-point tensor, got {type(weight).__name__}")
+    if weight.dim() == 4 and (weight.shape[1], weight.shape[3]) != (1, 1):
+        raise ValueError(f"conv_weight must be (heads, 1, K, 1) or (heads, K), got {tuple(weight.shape)}")
+    return _check(v, weight, BLOCK_ROWS)

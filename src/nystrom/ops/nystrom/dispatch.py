@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import torch
 
+from nystrom.ops.conv import add_conv_skip, conv_taps
 from nystrom.ops.nystrom import accelerator, cpu, fused, traceable
+from nystrom.ops.nystrom.landmarks import shared
 from nystrom.ops.nystrom.options import check_options
 from nystrom.utils.amp import autocast_off
 from nystrom.utils.checks import first_order_only, rejects_key_padding_mask, zero_padding
@@ -51,6 +53,7 @@ def nystrom_attention(
     scale: float | None = None,
     causal: bool = False,
     padded_finite: bool = False,
+    conv_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Nyström self-attention, O(n·d + m²) memory.
 
@@ -71,6 +74,10 @@ def nystrom_attention(
             modules' projections of zeroed inputs do), so they need not be zeroed: a padded key's
             probability is an exact 0, and 0 times a finite value is 0 (saves three passes, or on a GPU
             four launches, per call).
+        conv_weight: the Nyströmformer's skip connection, added to the output: the depthwise convolution
+            of v over the tokens (``nn.Conv2d(h, h, (K, 1), padding=(K // 2, 0), groups=h, bias=False)``'s
+            weight (h, 1, K, 1), or (h, K); K odd), padded tokens read as 0. The fused kernels add it in
+            their query pass; the other paths add ``ops.conv``'s skip.
 
     Returns:
         (b, h, n, dv) in the inputs' dtype. Landmarks, A and A⁺ are computed in ≥ float32.
@@ -78,13 +85,18 @@ def nystrom_attention(
     mask, scale = check_options(
         q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
     )
+    taps = None if conv_weight is None else conv_taps(v, conv_weight)  # (h, K)
     if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
         with autocast_off(q.device.type):  # the op runs in the inputs' dtype
             out = fused.fused_attention(
                 q, k, v, num_landmarks=num_landmarks, mask=mask, pinv_iterations=pinv_iterations,
-                segments=segments, scale=scale,
+                segments=segments, scale=scale, conv_taps=taps,
             )  # fmt: skip  (padded positions are never read: no zeroing needed)
         return first_order_only(out, "nystrom_attention")
+    # the conv skip reads padded v as 0: zeroed below unless padded_finite, then here for the conv alone
+    conv_v = None
+    if conv_weight is not None and padded_finite and mask is not None:  # ~mask shared with the modules'
+        conv_v = v.masked_fill(shared(mask, "padding", lambda: ~mask)[:, None, :, None], 0)
     q, k, v = zero_padding(mask, q, k, v, padded_finite=padded_finite)
     if not _eager():
         path = traceable
@@ -97,4 +109,6 @@ def nystrom_attention(
             q, k, v, num_landmarks=num_landmarks, mask=mask, pinv_iterations=pinv_iterations, pinv=pinv,
             pinv_init=pinv_init, segments=segments, scale=scale,
         )  # fmt: skip
+    if conv_weight is not None:
+        out = add_conv_skip(out, v if conv_v is None else conv_v, conv_weight)
     return first_order_only(out, "nystrom_attention")

@@ -99,10 +99,13 @@ def fused_attention(
     pinv_iterations: int,
     segments: str,
     scale: float,
+    conv_taps: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Nyström attention (b, h, n, dv) on checked inputs that :func:`covers` takes. Padded positions are
-    never read, so they need no zeroing and may hold anything."""
+    """Nyström attention (b, h, n, dv) on checked inputs that :func:`covers` takes, plus the conv skip of
+    v with ``conv_taps`` (h, K) if given. Padded positions are never read, so they need no zeroing and
+    may hold anything."""
     b, h, n, _ = q.shape
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))  # the kernels' row reads
     p = plan(mask, b, n, num_landmarks, segments, q.device)
-    return _op(q, k, v, p.seg, p.bounds, p.inv_count, scale, pinv_iterations)
+    w = None if conv_taps is None else conv_taps.contiguous()  # (h, K), read as float32 by the kernels
+    return _op(q, k, v, p.seg, p.bounds, p.inv_count, w, scale, pinv_iterations)

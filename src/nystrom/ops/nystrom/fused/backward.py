@@ -1,16 +1,20 @@
-"""The fused backward: the forward's passes in reverse, in four Triton kernels and one sum.
+"""The fused backward: the forward's passes in reverse, in four Triton kernels and one sum (two with the
+conv skip).
 
 Legend: as in :mod:`.forward`; O the output, dO its gradient, P_F = softmax(q k̃ᵀ s) (n, m) and
 P_B = softmax(q̃ Kᵀ) (m, n), recomputed block by block from the saved log-sum-exps (FlashAttention-2's
 rule: nothing of size n×m is stored).
 
-1. ``query_backward`` (splits of n): D_F = rowsum(dO∘O), dS_F = P_F∘(dO Uᵀ − D_F);
+1. ``query_backward`` (splits of n): dP_F = dO Uᵀ, D_F = rowsum(P_F∘dP_F) (= rowsum(dO∘O) of the
+   attention part, so the output, which holds the conv skip too, is not read), dS_F = P_F∘(dP_F − D_F);
    dq ← s·dS_F k̃ (float32, the landmark term comes in step 4); per split dU = P_Fᵀ dO and dk̃ = s·dS_Fᵀ q.
 2. ``landmark_backward`` (one program per head): sums the splits; d(B·V) = A⁺ᵀ dU, dA⁺ = dU (B·V)ᵀ;
    the pseudo-inverse's reverse sweep (:mod:`nystrom.ops.pinv.op` has the formulas) and Z₀'s norms
    give dA; dS_A = A∘(dA − rowsum(dA∘A)) on the used landmarks; dq̃ += dS_A k̃, dk̃ += dS_Aᵀ q̃.
 3. ``key_backward`` (splits of n): D_B = rowsum(d(B·V)∘(B·V)), dS_B = P_B∘(d(B·V) Vᵀ − D_B);
-   dv = P_Bᵀ d(B·V), dk = dS_Bᵀ q̃ + (the landmark term) w·dk̃; per split dq̃ = dS_B K.
+   dv = P_Bᵀ d(B·V), dk = dS_Bᵀ q̃ + (the landmark term) w·dk̃; per split dq̃ = dS_B K. With the conv
+   skip: dv += Σ_t w[t]·dO[j − t + K//2], and per split the weight's gradient Σ_j v_j·dO[j − t + K//2]
+   (summed over splits and samples by a second ATen sum).
 4. the splits' dq̃ summed (one ATen sum), then ``query_landmarks``: dq = dq + s·w·dq̃ of the token's
    landmark (w = 1/its real tokens); padded positions get 0, as the PyTorch path's zeroing gives.
 """
@@ -31,8 +35,8 @@ def kernels():
     import triton.language as tl
 
     @triton.jit
-    def query_backward(q_ptr, kl_ptr, u_ptr, inv_ptr, seg_ptr, o_ptr, do_ptr, lse_ptr, dq_ptr, du_ptr, dkl_ptr,
-                       sqb, sqh, sqn, sob, soh, son, sgb, sgh, sgn, H, n, m, d, dv, scale, per_split, S,
+    def query_backward(q_ptr, kl_ptr, u_ptr, inv_ptr, seg_ptr, do_ptr, lse_ptr, dq_ptr, du_ptr, dkl_ptr,
+                       sqb, sqh, sqn, sgb, sgh, sgn, H, n, m, d, dv, scale, per_split, S,
                        BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                        PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
         bh = tl.program_id(0).to(tl.int64)
@@ -58,19 +62,18 @@ def kernels():
             q = tl.load(q_ptr + b * sqb + h * sqh + pos[:, None] * sqn + dcols[None, :],
                         mask=real[:, None] & (dcols[None, :] < d), other=0.0)  # (BN, BD)  # fmt: skip
             vmask = inside[:, None] & (vcols[None, :] < dv)
-            o = tl.load(o_ptr + b * sob + h * soh + pos[:, None] * son + vcols[None, :], mask=vmask, other=0.0)
             do = tl.load(do_ptr + b * sgb + h * sgh + pos[:, None] * sgn + vcols[None, :], mask=vmask, other=0.0)
             lse = tl.load(lse_ptr + bh * n + pos, mask=inside, other=0.0)
-            s = tl.dot(q.to(DOT), (tl.trans(kl)).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
+            s = tl.dot(q.to(DOT), tl.trans(kl).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
             p = tl.where(valid[None, :] & inside[:, None], tl.exp(s - lse[:, None]), 0.0)
-            delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)  # (BN,)
-            dp = tl.dot(do.to(DOT), (tl.trans(u)).to(DOT), input_precision=PRECISION)  # (BN, BM)
+            dp = tl.dot(do.to(DOT), tl.trans(u).to(DOT), input_precision=PRECISION)  # (BN, BM)
+            delta = tl.sum(p * dp, axis=1)  # rowsum(dO∘O) of the attention part (O = P U): Σ P ∘ dO Uᵀ
             ds = p * (dp - delta[:, None])
-            dq = tl.dot((ds.to(kl.dtype)).to(DOT), kl.to(DOT), input_precision=PRECISION) * scale  # (BN, BD)
+            dq = tl.dot(ds.to(kl.dtype).to(DOT), kl.to(DOT), input_precision=PRECISION) * scale  # (BN, BD)
             tl.store(dq_ptr + (bh * n + pos[:, None]) * d + dcols[None, :], dq,
                      mask=inside[:, None] & (dcols[None, :] < d))  # fmt: skip
-            du += tl.dot((tl.trans(p.to(do.dtype))).to(DOT), do.to(DOT), input_precision=PRECISION)
-            dkl += tl.dot((tl.trans(ds.to(q.dtype))).to(DOT), q.to(DOT), input_precision=PRECISION) * scale
+            du += tl.dot(tl.trans(p.to(do.dtype)).to(DOT), do.to(DOT), input_precision=PRECISION)
+            dkl += tl.dot(tl.trans(ds.to(q.dtype)).to(DOT), q.to(DOT), input_precision=PRECISION) * scale
         part = bh * S + split
         tl.store(du_ptr + (part * BM + rows[:, None]) * BDV + vcols[None, :], du)
         tl.store(dkl_ptr + (part * BM + rows[:, None]) * BD + dcols[None, :], dkl)
@@ -144,10 +147,11 @@ def kernels():
 
     @triton.jit
     def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, inv_ptr, lse_ptr, dbv_ptr, delta_ptr, dkl_ptr,
-                     dk_ptr, dv_ptr, dqlp_ptr, skb, skh, skn, svb, svh, svn, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn,
-                     H, n, m, d, dv, per_split, S,
-                     BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
-                     PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+                     dk_ptr, dv_ptr, dqlp_ptr, do_ptr, w_ptr, dwp_ptr,
+                     skb, skh, skn, svb, svh, svn, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sgb, sgh, sgn,
+                     H, n, m, d, dv, K, per_split, S,
+                     BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, BK: tl.constexpr,
+                     CONV: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
         bh = tl.program_id(0).to(tl.int64)
         split = tl.program_id(1)
         b, h = bh // H, bh % H
@@ -161,6 +165,8 @@ def kernels():
         dbv = tl.load(dbv_ptr + (bh * BM + rows[:, None]) * BDV + vcols[None, :]).to(ql.dtype)  # (BM, BDV)
         delta = tl.load(delta_ptr + bh * BM + rows)
         dql = tl.zeros([BM, BD], dtype=tl.float32)
+        taps = tl.arange(0, BK)
+        dw = tl.zeros([BK], dtype=tl.float32)
         lo = split * per_split
         hi = tl.minimum(lo + per_split, n)
         for p0 in range(lo, hi, BN):
@@ -174,22 +180,33 @@ def kernels():
                          mask=real[:, None] & (vcols[None, :] < dv), other=0.0)  # (BN, BDV)  # fmt: skip
             s = tl.dot(ql.to(DOT), kt.to(DOT), input_precision=PRECISION)  # (BM, BN)
             p = tl.where(real[None, :] & (rows[:, None] < m), tl.exp(s - lse[:, None]), 0.0)
-            dv_block = tl.dot((tl.trans(p.to(dbv.dtype))).to(DOT), dbv.to(DOT), input_precision=PRECISION)  # (BN, BDV)
-            dp = tl.dot(dbv.to(DOT), (tl.trans(vb)).to(DOT), input_precision=PRECISION)  # (BM, BN)
+            dv_block = tl.dot(tl.trans(p.to(dbv.dtype)).to(DOT), dbv.to(DOT), input_precision=PRECISION)  # (BN, BDV)
+            dp = tl.dot(dbv.to(DOT), tl.trans(vb).to(DOT), input_precision=PRECISION)  # (BM, BN)
             ds = p * (dp - delta[:, None])
-            dk_block = tl.dot((tl.trans(ds.to(ql.dtype))).to(DOT), ql.to(DOT), input_precision=PRECISION)  # (BN, BD)
+            dk_block = tl.dot(tl.trans(ds.to(ql.dtype)).to(DOT), ql.to(DOT), input_precision=PRECISION)  # (BN, BD)
             own = tl.where(real, seg, 0)  # the token's landmark: k̃'s gradient, spread over its tokens
             w = tl.load(inv_ptr + b * m + own, mask=real, other=0.0)
             dk_block += w[:, None] * tl.load(dkl_ptr + (bh * BM + own[:, None]) * BD + dcols[None, :],
                                              mask=real[:, None], other=0.0)  # fmt: skip
+            if CONV:  # the skip's transpose: v row j reached output rows j − t + K//2 with weight w[h, t]
+                for t in range(K):
+                    dst = pos - t + K // 2
+                    ok = (dst >= 0) & (dst < n) & inside
+                    g = tl.load(do_ptr + b * sgb + h * sgh + dst[:, None] * sgn + vcols[None, :],
+                                mask=ok[:, None] & (vcols[None, :] < dv), other=0.0).to(tl.float32)  # fmt: skip
+                    dv_block += tl.load(w_ptr + h * K + t).to(tl.float32) * g
+                    tap = tl.sum(tl.sum(g * vb.to(tl.float32), axis=1), axis=0)  # ∂w[h, t], this block's part
+                    dw += tl.where(taps == t, tap, 0.0)
             dk_block = tl.where(real[:, None], dk_block, 0.0)
             dv_block = tl.where(real[:, None], dv_block, 0.0)
             tl.store(dk_ptr + b * sdkb + h * sdkh + pos[:, None] * sdkn + dcols[None, :],
                      dk_block.to(dk_ptr.dtype.element_ty), mask=inside[:, None] & (dcols[None, :] < d))  # fmt: skip
             tl.store(dv_ptr + b * sdvb + h * sdvh + pos[:, None] * sdvn + vcols[None, :],
                      dv_block.to(dv_ptr.dtype.element_ty), mask=inside[:, None] & (vcols[None, :] < dv))  # fmt: skip
-            dql += tl.dot((ds.to(kt.dtype)).to(DOT), (tl.trans(kt)).to(DOT), input_precision=PRECISION)
+            dql += tl.dot(ds.to(kt.dtype).to(DOT), tl.trans(kt).to(DOT), input_precision=PRECISION)
         tl.store(dqlp_ptr + ((bh * (S + 1) + split) * BM + rows[:, None]) * BD + dcols[None, :], dql)
+        if CONV:
+            tl.store(dwp_ptr + (bh * S + split) * BK + taps, dw)
 
     @triton.jit
     def query_landmarks(dq32_ptr, dql_ptr, seg_ptr, inv_ptr, dq_ptr, sdqb, sdqh, sdqn, H, n, m, d, scale,
@@ -220,10 +237,12 @@ def backward(
     v: torch.Tensor,
     seg: torch.Tensor,
     inv_count: torch.Tensor,
+    conv_weight: torch.Tensor | None,
     saved: Forward,
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk (b, h, n, d) and dv (b, h, n, dv) for the gradient ``grad`` of the output: five launches."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk (b, h, n, d), dv (b, h, n, dv) and the conv weight's gradient (h, K) (empty without one)
+    for the gradient ``grad`` of the output: four launches and one sum (two with the conv)."""
     b, h, n, d = q.shape
     dv, m, bh = v.shape[-1], inv_count.shape[-1], b * h
     iterations = saved.iterates.shape[1]
@@ -232,14 +251,12 @@ def backward(
     f32 = dict(dtype=torch.float32, device=q.device)
     dots = dot_options(q.dtype)
     per_split, s = splits(n, bh, bn, q.device)
-    out = saved.out
     grad = grad if grad.stride(-1) == 1 else grad.contiguous()  # e.g. a sum's expanded ones: stride 0
     dq32 = torch.empty(bh, n, d, **f32)
     du, dkl_parts = torch.empty(bh, s, bm, bdv, **f32), torch.empty(bh, s, bm, bd, **f32)
-    launch(query_backward, (bh, s), q, saved.k_l, saved.u, inv_count, seg, out, grad, saved.lse_f,
-           dq32, du, dkl_parts, q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1),
-           out.stride(2), grad.stride(0), grad.stride(1), grad.stride(2), h, n, m, d, dv, scale, per_split, s,
-           BN=bn, BM=bm, BD=bd, BDV=bdv, **dots)  # fmt: skip
+    launch(query_backward, (bh, s), q, saved.k_l, saved.u, inv_count, seg, grad, saved.lse_f,
+           dq32, du, dkl_parts, q.stride(0), q.stride(1), q.stride(2), grad.stride(0), grad.stride(1),
+           grad.stride(2), h, n, m, d, dv, scale, per_split, s, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots)  # fmt: skip
     dbv, delta = torch.empty(bh, bm, bdv, **f32), torch.empty(bh, bm, **f32)
     dkl, dql_parts = torch.empty(bh, bm, bd, **f32), torch.empty(bh, s + 1, bm, bd, **f32)
     launch(landmark_backward, (bh,), saved.q_l, saved.k_l, inv_count, saved.a, saved.z, saved.iterates,
@@ -247,12 +264,20 @@ def backward(
            BM=bm, BD=bd, BDV=bdv, num_warps=4 if bm < 64 else 8)  # fmt: skip
     dk = k.new_empty(b, n, h, d).transpose(1, 2)  # (b, h, n, d) head views of token-major memory
     dvv = v.new_empty(b, n, h, dv).transpose(1, 2)
+    conv = conv_weight is not None
+    taps = conv_weight.shape[-1] if conv else 1
+    dw_parts = torch.empty(b, h, s, block(taps), **f32)
     launch(key_backward, (bh, s), saved.q_l, k, v, seg, inv_count, saved.lse_b, dbv, delta, dkl, dk, dvv,
-           dql_parts, k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
+           dql_parts, grad, conv_weight if conv else inv_count, dw_parts,
+           k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
            dk.stride(0), dk.stride(1), dk.stride(2), dvv.stride(0), dvv.stride(1), dvv.stride(2),
-           h, n, m, d, dv, per_split, s, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots)  # fmt: skip
+           grad.stride(0), grad.stride(1), grad.stride(2), h, n, m, d, dv, taps, per_split, s,
+           BN=bn, BM=bm, BD=bd, BDV=bdv, BK=block(taps), CONV=conv, **dots)  # fmt: skip
     dql = dql_parts.sum(1)  # (BH, BM, BD): the key splits' and A's parts of dq̃
     dq = q.new_empty(b, n, h, d).transpose(1, 2)
     launch(query_landmarks, (bh, -(-n // bn)), dq32, dql, seg, inv_count, dq, dq.stride(0), dq.stride(1),
            dq.stride(2), h, n, m, d, scale, BN=bn, BM=bm, BD=bd)  # fmt: skip
-    return dq, dk, dvv
+    dw = dq32.new_empty(0)
+    if conv:  # (h, K): the splits' and samples' parts, in the weight's dtype
+        dw = dw_parts.sum((0, 2))[:, :taps].to(conv_weight.dtype)
+    return dq, dk, dvv, dw

@@ -10,7 +10,8 @@ rows; S splits of the tokens; BM, BD, BDV, BN tile sizes (powers of two ≥ 16: 
 3. ``key_pass``: the m landmark queries against a split of the n keys with an online softmax
    (flash-decoding): per split, the unnormalised B·V, its row maxima and row sums.
 4. ``key_combine``: merges the splits into B·V and its log-sum-exp, and multiplies U = A⁺·(B·V).
-5. ``query_pass``: out = softmax(q k̃ᵀ s)·U for a block of queries, and the rows' log-sum-exp.
+5. ``query_pass``: out = softmax(q k̃ᵀ s)·U for a block of queries (plus, with a conv weight, the
+   depthwise conv skip of v over K neighbouring rows, padded rows read as 0), and the rows' log-sum-exp.
 
 Precision follows the PyTorch accelerator path: landmarks, A, A⁺ and B·V in float32 (products in IEEE
 float32: TF32 would spoil the pinv polynomial); the two large products take q̃, k̃ and U in the inputs'
@@ -145,7 +146,7 @@ def kernels():
             total = total * alpha + tl.sum(p, axis=1)
             vb = tl.load(v_ptr + b * svb + h * svh + pos[:, None] * svn + vcols[None, :],
                          mask=real[:, None] & (vcols[None, :] < dv), other=0.0)  # (BN, BDV)  # fmt: skip
-            acc = acc * alpha[:, None] + tl.dot((p.to(vb.dtype)).to(DOT), vb.to(DOT), input_precision=PRECISION)
+            acc = acc * alpha[:, None] + tl.dot(p.to(vb.dtype).to(DOT), vb.to(DOT), input_precision=PRECISION)
             peak = new_peak
         part = bh * S + split
         tl.store(acc_ptr + (part * BM + rows[:, None]) * BDV + vcols[None, :], acc)
@@ -183,10 +184,10 @@ def kernels():
                  mask=tile)  # fmt: skip
 
     @triton.jit
-    def query_pass(q_ptr, kl_ptr, u_ptr, inv_ptr, seg_ptr, o_ptr, lse_ptr,
-                   sqb, sqh, sqn, sob, soh, son, H, n, m, d, dv, scale,
+    def query_pass(q_ptr, kl_ptr, u_ptr, inv_ptr, seg_ptr, v_ptr, w_ptr, o_ptr, lse_ptr,
+                   sqb, sqh, sqn, svb, svh, svn, sob, soh, son, H, n, m, d, dv, K, scale,
                    BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
-                   PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
+                   CONV: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
         bh = tl.program_id(0).to(tl.int64)
         b, h = bh // H, bh % H
         pos = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -200,19 +201,40 @@ def kernels():
         klt = tl.load(kl_ptr + bh * m * d + rows[None, :] * d + dcols[:, None],
                       mask=(rows[None, :] < m) & (dcols[:, None] < d), other=0.0)  # (BD, BM)  # fmt: skip
         valid = tl.load(inv_ptr + b * m + rows, mask=rows < m, other=0.0) > 0
-        s = tl.dot(q.to(DOT), (klt.to(q.dtype)).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
+        s = tl.dot(q.to(DOT), klt.to(q.dtype).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
         s = tl.where(valid[None, :], s, float("-inf"))
         peak = tl.max(s, axis=1)
         p = tl.exp(s - peak[:, None])
         total = tl.sum(p, axis=1)
         u = tl.load(u_ptr + bh * m * dv + rows[:, None] * dv + vcols[None, :],
                     mask=(rows[:, None] < m) & (vcols[None, :] < dv), other=0.0)  # (BM, BDV)  # fmt: skip
-        o = tl.dot((p.to(u.dtype)).to(DOT), u.to(DOT), input_precision=PRECISION) / total[:, None]
+        o = tl.dot(p.to(u.dtype).to(DOT), u.to(DOT), input_precision=PRECISION) / total[:, None]
+        if CONV:  # + Σ_t w[h, t] · v[pos + t − K//2]: the skip, padded and outside rows read as 0
+            for t in range(K):
+                src = pos + t - K // 2
+                ok = (src >= 0) & (src < n)
+                used = tl.load(seg_ptr + b * n + src, mask=ok, other=m) < m
+                vs = tl.load(v_ptr + b * svb + h * svh + src[:, None] * svn + vcols[None, :],
+                             mask=used[:, None] & (vcols[None, :] < dv), other=0.0)  # fmt: skip
+                o += tl.load(w_ptr + h * K + t).to(tl.float32) * vs.to(tl.float32)
         tl.store(o_ptr + b * sob + h * soh + pos[:, None] * son + vcols[None, :], o.to(o_ptr.dtype.element_ty),
                  mask=inside[:, None] & (vcols[None, :] < dv))  # fmt: skip
         tl.store(lse_ptr + bh * n + pos, peak + tl.log(total), mask=inside)
 
     return landmarks, landmark_pinv, key_pass, key_combine, query_pass
+
+
+def outputs(q: torch.Tensor, v: torch.Tensor, m: int, iterations: int) -> Forward:
+    """The forward's output tensors, allocated (also the op's fake kernel)."""
+    b, h, n, d = q.shape
+    dv, bh = v.shape[-1], b * h
+    f32 = dict(dtype=torch.float32, device=q.device)
+    return Forward(
+        q.new_empty(b, n, h, dv).transpose(1, 2),  # (b, h, n, dv): the heads merge as a view
+        torch.empty(bh, m, d, **f32), torch.empty(bh, m, d, **f32), torch.empty(bh, m, m, **f32),
+        torch.empty(bh, iterations, m, m, **f32), torch.empty(bh, m, m, **f32), torch.empty(bh, m, dv, **f32),
+        torch.empty(bh, m, **f32), torch.empty(bh, m, dv, dtype=q.dtype, device=q.device), torch.empty(bh, n, **f32),
+    )  # fmt: skip
 
 
 def forward(
@@ -222,35 +244,35 @@ def forward(
     seg: torch.Tensor,
     bounds: torch.Tensor,
     inv_count: torch.Tensor,
+    conv_weight: torch.Tensor | None,
     scale: float,
     iterations: int,
 ) -> Forward:
-    """The five launches on q, k (b, h, n, d) and v (b, h, n, dv) with unit stride in the last dim."""
+    """The five launches on q, k (b, h, n, d) and v (b, h, n, dv) with unit stride in the last dim;
+    ``conv_weight`` (h, K) or None: the conv skip of v, added in the query pass (read as float32)."""
     b, h, n, d = q.shape
     dv, m, bh = v.shape[-1], inv_count.shape[-1], b * h
     landmarks, landmark_pinv, key_pass, key_combine, query_pass = kernels()
     bm, bd, bdv, bn = block(m), block(d), block(dv), 64
-    f32 = dict(dtype=torch.float32, device=q.device)
-    q_l, k_l = torch.empty(bh, m, d, **f32), torch.empty(bh, m, d, **f32)
-    launch(landmarks, (bh, m), q, k, seg, bounds, inv_count, q_l, k_l,
+    res = outputs(q, v, m, iterations)
+    launch(landmarks, (bh, m), q, k, seg, bounds, inv_count, res.q_l, res.k_l,
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
            h, n, m, d, scale, BN=bn, BD=bd)  # fmt: skip
-    a, z = torch.empty(bh, m, m, **f32), torch.empty(bh, m, m, **f32)
-    iterates = torch.empty(bh, iterations, m, m, **f32)
-    launch(landmark_pinv, (bh,), q_l, k_l, inv_count, a, z, iterates, h, m, d, iterations, BM=bm, BD=bd,
-           num_warps=4 if bm < 64 else 8)  # fmt: skip
+    launch(landmark_pinv, (bh,), res.q_l, res.k_l, inv_count, res.a, res.z, res.iterates, h, m, d, iterations,
+           BM=bm, BD=bd, num_warps=4 if bm < 64 else 8)  # fmt: skip
     per_split, s = splits(n, bh, bn, q.device)
-    acc, stat = torch.empty(bh, s, bm, bdv, **f32), torch.empty(bh, s, 2, bm, **f32)
+    acc = torch.empty(bh, s, bm, bdv, dtype=torch.float32, device=q.device)
+    stat = torch.empty(bh, s, 2, bm, dtype=torch.float32, device=q.device)
     dots = dot_options(q.dtype)
-    launch(key_pass, (bh, s), q_l, k, v, seg, acc, stat,
+    launch(key_pass, (bh, s), res.q_l, k, v, seg, acc, stat,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
            h, n, m, d, dv, per_split, s, BM=bm, BN=bn, BD=bd, BDV=bdv, **dots)  # fmt: skip
-    bv, lse_b = torch.empty(bh, m, dv, **f32), torch.empty(bh, m, **f32)
-    u = torch.empty(bh, m, dv, dtype=q.dtype, device=q.device)
-    launch(key_combine, (bh,), acc, stat, z, bv, lse_b, u, m, dv, s, BM=bm, BDV=bdv)
-    out = q.new_empty(b, n, h, dv).transpose(1, 2)  # (b, h, n, dv): the heads merge as a view
-    lse_f = torch.empty(bh, n, **f32)
-    launch(query_pass, (bh, -(-n // bn)), q, k_l, u, inv_count, seg, out, lse_f,
-           q.stride(0), q.stride(1), q.stride(2), out.stride(0), out.stride(1), out.stride(2),
-           h, n, m, d, dv, scale, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots)  # fmt: skip
-    return Forward(out, q_l, k_l, a, iterates, z, bv, lse_b, u, lse_f)
+    launch(key_combine, (bh,), acc, stat, res.z, res.bv, res.lse_b, res.u, m, dv, s, BM=bm, BDV=bdv)
+    conv = conv_weight is not None
+    out = res.out
+    launch(query_pass, (bh, -(-n // bn)), q, res.k_l, res.u, inv_count, seg, v,
+           conv_weight if conv else inv_count, out, res.lse_f,
+           q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
+           out.stride(0), out.stride(1), out.stride(2), h, n, m, d, dv, conv_weight.shape[-1] if conv else 1, scale,
+           BN=bn, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots)  # fmt: skip
+    return res

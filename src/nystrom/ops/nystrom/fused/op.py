@@ -1,15 +1,16 @@
-"""``nystrom::fused_attention``: the whole Nyström attention as one ``torch.library`` op.
+"""``nystrom::fused_attention``: the whole Nyström attention (and its conv skip) as one ``torch.library`` op.
 
-Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim, K pinv iterations.
+Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim, K conv taps.
 
 The op's kernel is the Triton forward (:mod:`.forward`, five launches); its autograd formula is the op
-``nystrom::fused_attention_backward`` (:mod:`.backward`, five launches). Both have fake kernels, so
-``torch.compile`` traces the op as one opaque node (no graph break) and the meta device counts it as one
-op each way. What the backward reads is returned by the forward as non-differentiable outputs.
+``nystrom::fused_attention_backward`` (:mod:`.backward`, four launches and one or two sums). Both have
+fake kernels, so ``torch.compile`` traces the op as one opaque node (no graph break) and the meta device
+counts it as one op each way. What the backward reads is returned by the forward as non-differentiable
+outputs.
 
 Autocast: like SDPA's, the op runs in the autocast dtype: under ``torch.autocast`` float32 q, k, v are
 cast to it, and the op runs with autocast off (its inner precisions are chosen: float32 landmarks and
-pseudo-inverse, float32 accumulation).
+pseudo-inverse, float32 accumulation; the conv weight, in its own dtype, is read as float32).
 """
 
 from __future__ import annotations
@@ -20,19 +21,6 @@ from nystrom.ops.nystrom.fused import backward as _backward
 from nystrom.ops.nystrom.fused import forward as _forward
 from nystrom.utils.amp import autocast_off
 
-_SAVED = len(_forward.Forward._fields) - 1  # everything but the output
-
-
-def _fake_forward(q, k, v, inv_count, iterations) -> _forward.Forward:
-    b, h, n, d = q.shape
-    dv, m, bh = v.shape[-1], inv_count.shape[-1], b * h
-    f32 = dict(dtype=torch.float32, device=q.device)
-    return _forward.Forward(
-        q.new_empty(b, n, h, dv).transpose(1, 2), q.new_empty(bh, m, d, **f32), q.new_empty(bh, m, d, **f32),
-        q.new_empty(bh, m, m, **f32), q.new_empty(bh, iterations, m, m, **f32), q.new_empty(bh, m, m, **f32),
-        q.new_empty(bh, m, dv, **f32), q.new_empty(bh, m, **f32), q.new_empty(bh, m, dv), q.new_empty(bh, n, **f32),
-    )  # fmt: skip
-
 
 @torch.library.custom_op("nystrom::fused_attention", mutates_args=())
 def fused_attention_op(
@@ -42,16 +30,18 @@ def fused_attention_op(
     seg: torch.Tensor,
     bounds: torch.Tensor,
     inv_count: torch.Tensor,
+    conv_weight: torch.Tensor | None,
     scale: float,
     iterations: int,
 ) -> list[torch.Tensor]:
-    """[out (b, h, n, dv), then the backward's tensors] (see :class:`~.forward.Forward`)."""
-    return list(_forward.forward(q, k, v, seg, bounds, inv_count, scale, iterations))
+    """[out (b, h, n, dv), then the backward's tensors] (see :class:`~.forward.Forward`); ``conv_weight``
+    (h, K) or None."""
+    return list(_forward.forward(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations))
 
 
 @fused_attention_op.register_fake
-def _(q, k, v, seg, bounds, inv_count, scale, iterations):
-    return list(_fake_forward(q, k, v, inv_count, iterations))
+def _(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations):
+    return list(_forward.outputs(q, v, inv_count.shape[-1], iterations))
 
 
 @torch.library.custom_op("nystrom::fused_attention_backward", mutates_args=())
@@ -62,35 +52,40 @@ def fused_attention_backward_op(
     v: torch.Tensor,
     seg: torch.Tensor,
     inv_count: torch.Tensor,
+    conv_weight: torch.Tensor | None,
     saved: list[torch.Tensor],
     scale: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv for the gradient ``grad`` (b, h, n, dv) of the output; ``saved`` is the forward's list."""
-    return _backward.backward(grad, q, k, v, seg, inv_count, _forward.Forward(*saved), scale)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv and the conv weight's gradient (h, K) (empty without one) for the gradient ``grad``
+    (b, h, n, dv) of the output; ``saved`` is the forward's list."""
+    return _backward.backward(grad, q, k, v, seg, inv_count, conv_weight, _forward.Forward(*saved), scale)
 
 
 @fused_attention_backward_op.register_fake
-def _(grad, q, k, v, seg, inv_count, saved, scale):
+def _(grad, q, k, v, seg, inv_count, conv_weight, saved, scale):
     b, h, n, d = q.shape
-    dk = k.new_empty(b, n, h, d).transpose(1, 2)
-    return q.new_empty(b, n, h, d).transpose(1, 2), dk, v.new_empty(b, n, h, v.shape[-1]).transpose(1, 2)
+    dw = torch.empty_like(conv_weight) if conv_weight is not None else q.new_empty(0, dtype=torch.float32)
+    return (q.new_empty(b, n, h, d).transpose(1, 2), k.new_empty(b, n, h, d).transpose(1, 2),
+            v.new_empty(b, n, h, v.shape[-1]).transpose(1, 2), dw)  # fmt: skip
 
 
 def _setup(ctx, inputs, output) -> None:
-    q, k, v, seg, bounds, inv_count, scale, iterations = inputs
-    ctx.save_for_backward(q, k, v, seg, inv_count, *output)
+    q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations = inputs
+    ctx.save_for_backward(q, k, v, seg, inv_count, conv_weight, *output)
     ctx.scale = scale
     ctx.mark_non_differentiable(*output[1:])
     ctx.set_materialize_grads(False)  # the saved outputs get no gradient: no zero tensors (launches) for them
 
 
 def _grad(ctx, grads):
-    q, k, v, seg, inv_count, *saved = ctx.saved_tensors
+    q, k, v, seg, inv_count, conv_weight, *saved = ctx.saved_tensors
     if grads[0] is None:  # the output took no part in the loss
-        return None, None, None, None, None, None, None, None
+        return None, None, None, None, None, None, None, None, None
     with autocast_off(q.device.type):
-        dq, dk, dv = fused_attention_backward_op(grads[0], q, k, v, seg, inv_count, saved, ctx.scale)
-    return dq, dk, dv, None, None, None, None, None
+        dq, dk, dv, dw = fused_attention_backward_op(
+            grads[0], q, k, v, seg, inv_count, conv_weight, saved, ctx.scale
+        )
+    return dq, dk, dv, None, None, None, (dw if conv_weight is not None else None), None, None
 
 
 fused_attention_op.register_autograd(_grad, setup_context=_setup)
@@ -99,11 +94,11 @@ fused_attention_op.register_autograd(_grad, setup_context=_setup)
 def _autocast_rule(device_type: str):
     key = getattr(torch._C.DispatchKey, "Autocast" + torch._C._dispatch_key_for_device(device_type))
 
-    def rule(_keyset, q, k, v, seg, bounds, inv_count, scale, iterations):
+    def rule(_keyset, q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations):
         dtype = torch.get_autocast_dtype(device_type)
         q, k, v = (t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
-            return fused_attention_op(q, k, v, seg, bounds, inv_count, scale, iterations)
+            return fused_attention_op(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations)
 
     return rule
 
@@ -116,6 +111,6 @@ for _device in ("cpu", "cuda"):
     )  # fmt: skip
 
 
-def fused_attention(q, k, v, seg, bounds, inv_count, scale: float, iterations: int) -> torch.Tensor:
+def fused_attention(q, k, v, seg, bounds, inv_count, conv_weight, scale: float, iterations: int) -> torch.Tensor:
     """The op's output (b, h, n, dv)."""
-    return fused_attention_op(q, k, v, seg, bounds, inv_count, scale, iterations)[0]
+    return fused_attention_op(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations)[0]
