@@ -14,6 +14,8 @@ import importlib.util
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nystrom import NystromAttention, nystrom_attention
 from nystrom.ops.conv import reference_conv_skip
@@ -23,6 +25,7 @@ from nystrom.ops.nystrom.fused import backward as fused_backward
 from nystrom.ops.nystrom.fused import forward as fused_forward
 from nystrom.ops.nystrom.fused.op import fused_attention_op
 from nystrom.ops.nystrom.fused.plan import plan
+from nystrom.ops.nystrom.landmarks import landmark_assignment
 from nystrom.ops.nystrom.naive import nystrom_attention_materialized
 
 from oracle import rel_err, right_pad_mask
@@ -154,10 +157,10 @@ def test_launches_per_call(taps, monkeypatch):
     w = None if taps is None else torch.empty(8, taps, device="meta")
     p = plan(right_pad_mask([4096, 3000], 4096).to("meta"), 2, 4096, 64, "balanced", q.device)
     with _AtenOps() as forward_ops:
-        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.inv_count, w, 0.125, 6)
+        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.counts, w, 0.125, 6)
     forward, launched[:] = list(launched), []
     with _AtenOps() as backward_ops:
-        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.inv_count, w, saved, 0.125)
+        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.counts, w, saved, 0.125)
     assert forward == ["landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass"]
     assert launched == ["query_backward", "landmark_backward", "key_backward", "query_landmarks"]
     assert forward_ops.kernels == []
@@ -246,7 +249,7 @@ def test_autocast_runs_in_the_autocast_dtype():
     with torch.autocast(device, dtype=torch.bfloat16), fused_kernels(True):
         out = nystrom_attention(q, k, v, num_landmarks=8)
         p = plan(None, 1, 37, 8, "balanced", q.device)
-        direct = fused_attention_op(q, k, v, p.seg, p.bounds, p.inv_count, None, 0.25, 6)[0]
+        direct = fused_attention_op(q, k, v, p.seg, p.bounds, p.counts, None, 0.25, 6)[0]
     assert out.dtype == torch.float32  # the entry point keeps the inputs' dtype under autocast
     assert direct.dtype == torch.bfloat16  # the op alone follows autocast, like SDPA
     ref = nystrom_attention_materialized(*(t.detach().double() for t in (q, k, v)), num_landmarks=8)
@@ -260,7 +263,7 @@ def test_opcheck():
     p = plan(right_pad_mask([17], 21), 1, 21, 8, "balanced", q.device)
     w = torch.randn(2, 5, requires_grad=True)
     torch.library.opcheck(
-        fused_attention_op, (q, k, v, p.seg, p.bounds, p.inv_count, w, 0.25, 6),
+        fused_attention_op, (q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6),
         test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
     )  # fmt: skip
 
@@ -321,3 +324,28 @@ def test_cuda_fused_equals_the_pytorch_path_at_4k(dtype):
     assert rel_err(out, ref) <= out_tol
     for g, r in zip(got, want):
         assert rel_err(g, r) <= grad_tol
+
+
+@given(
+    n=st.integers(1, 70), m=st.integers(1, 24), segments=st.sampled_from(["balanced", "front_padded"]),
+    kind=st.sampled_from(["none", "right", "random"]), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_the_plan_matches_the_landmark_assignment(n, m, segments, kind, seed):
+    """The closed-form plan gives every token the reference's landmark and count, and each landmark's
+    tokens lie in its [start, end) range."""
+    g = torch.Generator().manual_seed(seed)
+    b = 3
+    mask = None
+    if kind == "right":
+        mask = torch.arange(n)[None] < torch.randint(1, n + 1, (b, 1), generator=g)
+    elif kind == "random":
+        mask = torch.rand(b, n, generator=g) > 0.5
+        mask[:, 0] = True
+    p = plan(mask, b, n, m, segments, torch.device("cpu"))
+    seg, counts = landmark_assignment(mask, b, n, m, torch.device("cpu"), segments=segments)
+    assert torch.equal(p.seg.long(), seg) and torch.equal(p.counts.long(), counts)
+    pos = torch.arange(n).expand(b, n)
+    for j in range(m):
+        mine = seg == j
+        start, end = p.bounds[:, j, 0:1], p.bounds[:, j, 1:2]  # (b, 1)
+        assert bool(((start <= pos) & (pos < end))[mine].all())

@@ -142,8 +142,8 @@ def test_our_model_has_no_host_sync_on_the_accelerator_path():
     result = measure("model-mask", "ours", n=256)
     for key in ("forward", "forward_backward"):
         assert result[key]["host_syncs"] == 0, result[key]["sync_sites"]
-    # a real count: 6 layers of several ops each, and the backward more than the forward
-    assert 100 < result["forward"]["ops"] < result["forward_backward"]["ops"]
+    # a real count: 6 layers of ten ops or more each, and the backward more than the forward
+    assert 60 < result["forward"]["ops"] < result["forward_backward"]["ops"]
 
 
 def test_transformers_nystromformer_reads_its_mask_on_the_host():
@@ -192,7 +192,7 @@ def test_launch_targets_for_the_minilm_size_model_on_the_accelerator_path():
     with fused_kernels(False):
         pytorch = measure("model-mask", "ours")
     assert (hf["forward"]["ops"], hf["forward_backward"]["ops"]) == (644, 1698)
-    assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (118, 274)
+    assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (87, 225)
     assert (pytorch["forward"]["ops"], pytorch["forward_backward"]["ops"]) == (170, 944)
     for counts in (ours, pytorch):
         assert counts["forward"]["ops"] <= 0.5 * hf["forward"]["ops"]
@@ -264,3 +264,36 @@ def test_our_sdpa_model_dispatches_no_more_ops_than_transformers_bert_with_sdpa(
         assert counts["ours"][key]["ops"] <= counts["bert"][key]["ops"], (key, counts["ours"][key]["by_op"])
     assert counts["ours"]["forward_backward"]["host_syncs"] == 0
     assert (counts["ours"]["forward"]["ops"], counts["ours"]["forward_backward"]["ops"]) == (78, 216)
+
+
+def test_our_nystrom_model_against_transformers_bert_with_sdpa():
+    """The fused op's model beside BERT with SDPA on meta (MiniLM size, bf16, 4096 tokens, a padding mask
+    of ones): forward + backward no more ops than BERT's; forward 4 more (the x zeroing of each layer,
+    which the PyTorch path needs for exact weight gradients; BERT reads its mask on the host instead)."""
+    import transformers
+
+    from nystrom.model import NystromformerConfig, NystromformerModel
+
+    n, size = 4096, dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    with torch.device("meta"):
+        ours = NystromformerModel(
+            NystromformerConfig(vocab_size=30522, max_position_embeddings=n, dropout=0.0, hidden_act="gelu", **size)
+        )
+        bert = transformers.BertModel._from_config(
+            transformers.BertConfig(vocab_size=30522, max_position_embeddings=n, hidden_dropout_prob=0.0,
+                                    attention_probs_dropout_prob=0.0, **size),
+            attn_implementation="sdpa",
+        )  # fmt: skip
+        ids, mask = torch.zeros(1, n, dtype=torch.long), torch.ones(1, n, dtype=torch.long)
+    counts = {}
+    for name, model in (("ours", ours), ("bert", bert)):
+        model = model.eval().to(torch.bfloat16)
+        counts[name] = count_call(
+            lambda model=model: model(input_ids=ids, attention_mask=mask).last_hidden_state, backward=True
+        )
+    ours, bert = counts["ours"], counts["bert"]
+    assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (87, 225)
+    assert (bert["forward"]["ops"], bert["forward_backward"]["ops"]) == (83, 243)
+    assert ours["forward_backward"]["ops"] <= bert["forward_backward"]["ops"]
+    assert ours["forward"]["by_op"]["fused_attention"] == 6 and ours["forward"]["by_op"]["masked_fill"] == 6
+    assert ours["forward_backward"]["host_syncs"] == 0 < bert["forward"]["host_syncs"]

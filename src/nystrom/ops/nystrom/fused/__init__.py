@@ -108,4 +108,4 @@ def fused_attention(
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))  # the kernels' row reads
     p = plan(mask, b, n, num_landmarks, segments, q.device)
     w = None if conv_taps is None else conv_taps.contiguous()  # (h, K), read as float32 by the kernels
-    return _op(q, k, v, p.seg, p.bounds, p.inv_count, w, scale, pinv_iterations)
+    return _op(q, k, v, p.seg, p.bounds, p.counts, w, scale, pinv_iterations)

@@ -35,7 +35,7 @@ def kernels():
     import triton.language as tl
 
     @triton.jit
-    def query_backward(q_ptr, kl_ptr, u_ptr, inv_ptr, seg_ptr, do_ptr, lse_ptr, dq_ptr, du_ptr, dkl_ptr,
+    def query_backward(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, do_ptr, lse_ptr, dq_ptr, du_ptr, dkl_ptr,
                        sqb, sqh, sqn, sgb, sgh, sgn, H, n, m, d, dv, scale, per_split, S,
                        BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                        PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
@@ -50,7 +50,7 @@ def kernels():
         kl = kl.to(q_ptr.dtype.element_ty)  # (BM, BD), as the forward took it
         u = tl.load(u_ptr + bh * m * dv + rows[:, None] * dv + vcols[None, :],
                     mask=(rows[:, None] < m) & (vcols[None, :] < dv), other=0.0)  # (BM, BDV)  # fmt: skip
-        valid = tl.load(inv_ptr + b * m + rows, mask=rows < m, other=0.0) > 0
+        valid = tl.load(count_ptr + b * m + rows, mask=rows < m, other=0) > 0
         du = tl.zeros([BM, BDV], dtype=tl.float32)
         dkl = tl.zeros([BM, BD], dtype=tl.float32)
         lo = split * per_split
@@ -79,7 +79,7 @@ def kernels():
         tl.store(dkl_ptr + (part * BM + rows[:, None]) * BD + dcols[None, :], dkl)
 
     @triton.jit
-    def landmark_backward(ql_ptr, kl_ptr, inv_ptr, a_ptr, z_ptr, it_ptr, bv_ptr, du_ptr, dklp_ptr,
+    def landmark_backward(ql_ptr, kl_ptr, count_ptr, a_ptr, z_ptr, it_ptr, bv_ptr, du_ptr, dklp_ptr,
                           dbv_ptr, delta_ptr, dkl_ptr, dqlp_ptr, H, m, d, dv, iterations, S,
                           BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr):  # fmt: skip
         bh = tl.program_id(0).to(tl.int64)
@@ -134,7 +134,7 @@ def kernels():
         row_max = rows[:, None] == tl.argmax(row_sums, axis=0)
         da += c * tl.trans(g0)
         da -= tl.where(col_max, inner / norm_1 * sign, 0.0) + tl.where(row_max, inner / norm_inf * sign, 0.0)
-        valid = tl.load(inv_ptr + b * m + rows, mask=rows < m, other=0.0) > 0
+        valid = tl.load(count_ptr + b * m + rows, mask=rows < m, other=0) > 0
         pair = valid[:, None] & valid[None, :]
         ds = tl.where(pair, a * (da - tl.sum(da * a, axis=1)[:, None]), 0.0)  # the softmax's backward
         dtile = (rows[:, None] < m) & (dcols[None, :] < d)
@@ -146,7 +146,7 @@ def kernels():
         tl.store(dqlp_ptr + ((bh * (S + 1) + S) * BM + rows[:, None]) * BD + dcols[None, :], dql)
 
     @triton.jit
-    def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, inv_ptr, lse_ptr, dbv_ptr, delta_ptr, dkl_ptr,
+    def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, count_ptr, lse_ptr, dbv_ptr, delta_ptr, dkl_ptr,
                      dk_ptr, dv_ptr, dqlp_ptr, do_ptr, w_ptr, dwp_ptr,
                      skb, skh, skn, svb, svh, svn, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sgb, sgh, sgn,
                      H, n, m, d, dv, K, per_split, S,
@@ -185,7 +185,7 @@ def kernels():
             ds = p * (dp - delta[:, None])
             dk_block = tl.dot(tl.trans(ds.to(ql.dtype)).to(DOT), ql.to(DOT), input_precision=PRECISION)  # (BN, BD)
             own = tl.where(real, seg, 0)  # the token's landmark: k̃'s gradient, spread over its tokens
-            w = tl.load(inv_ptr + b * m + own, mask=real, other=0.0)
+            w = 1.0 / tl.load(count_ptr + b * m + own, mask=real, other=1).to(tl.float32)  # ≥ 1 at real tokens
             dk_block += w[:, None] * tl.load(dkl_ptr + (bh * BM + own[:, None]) * BD + dcols[None, :],
                                              mask=real[:, None], other=0.0)  # fmt: skip
             if CONV:  # the skip's transpose: v row j reached output rows j − t + K//2 with weight w[h, t]
@@ -209,7 +209,7 @@ def kernels():
             tl.store(dwp_ptr + (bh * S + split) * BK + taps, dw)
 
     @triton.jit
-    def query_landmarks(dq32_ptr, dql_ptr, seg_ptr, inv_ptr, dq_ptr, sdqb, sdqh, sdqn, H, n, m, d, scale,
+    def query_landmarks(dq32_ptr, dql_ptr, seg_ptr, count_ptr, dq_ptr, sdqb, sdqh, sdqn, H, n, m, d, scale,
                         BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):  # fmt: skip
         bh = tl.program_id(0).to(tl.int64)
         b, h = bh // H, bh % H
@@ -221,7 +221,7 @@ def kernels():
         own = tl.where(real, seg, 0)
         tile = inside[:, None] & (dcols[None, :] < d)
         dq = tl.load(dq32_ptr + (bh * n + pos[:, None]) * d + dcols[None, :], mask=tile, other=0.0)
-        w = tl.load(inv_ptr + b * m + own, mask=real, other=0.0) * scale
+        w = scale / tl.load(count_ptr + b * m + own, mask=real, other=1).to(tl.float32)  # ≥ 1 at real tokens
         dq += w[:, None] * tl.load(dql_ptr + (bh * BM + own[:, None]) * BD + dcols[None, :],
                                    mask=real[:, None], other=0.0)  # fmt: skip
         tl.store(dq_ptr + b * sdqb + h * sdqh + pos[:, None] * sdqn + dcols[None, :],
@@ -236,7 +236,7 @@ def backward(
     k: torch.Tensor,
     v: torch.Tensor,
     seg: torch.Tensor,
-    inv_count: torch.Tensor,
+    counts: torch.Tensor,
     conv_weight: torch.Tensor | None,
     saved: Forward,
     scale: float,
@@ -244,7 +244,7 @@ def backward(
     """dq, dk (b, h, n, d), dv (b, h, n, dv) and the conv weight's gradient (h, K) (empty without one)
     for the gradient ``grad`` of the output: four launches and one sum (two with the conv)."""
     b, h, n, d = q.shape
-    dv, m, bh = v.shape[-1], inv_count.shape[-1], b * h
+    dv, m, bh = v.shape[-1], counts.shape[-1], b * h
     iterations = saved.iterates.shape[1]
     query_backward, landmark_backward, key_backward, query_landmarks = kernels()
     bm, bd, bdv, bn = block(m), block(d), block(dv), 64
@@ -254,12 +254,12 @@ def backward(
     grad = grad if grad.stride(-1) == 1 else grad.contiguous()  # e.g. a sum's expanded ones: stride 0
     dq32 = torch.empty(bh, n, d, **f32)
     du, dkl_parts = torch.empty(bh, s, bm, bdv, **f32), torch.empty(bh, s, bm, bd, **f32)
-    launch(query_backward, (bh, s), q, saved.k_l, saved.u, inv_count, seg, grad, saved.lse_f,
+    launch(query_backward, (bh, s), q, saved.k_l, saved.u, counts, seg, grad, saved.lse_f,
            dq32, du, dkl_parts, q.stride(0), q.stride(1), q.stride(2), grad.stride(0), grad.stride(1),
            grad.stride(2), h, n, m, d, dv, scale, per_split, s, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots)  # fmt: skip
     dbv, delta = torch.empty(bh, bm, bdv, **f32), torch.empty(bh, bm, **f32)
     dkl, dql_parts = torch.empty(bh, bm, bd, **f32), torch.empty(bh, s + 1, bm, bd, **f32)
-    launch(landmark_backward, (bh,), saved.q_l, saved.k_l, inv_count, saved.a, saved.z, saved.iterates,
+    launch(landmark_backward, (bh,), saved.q_l, saved.k_l, counts, saved.a, saved.z, saved.iterates,
            saved.bv, du, dkl_parts, dbv, delta, dkl, dql_parts, h, m, d, dv, iterations, s,
            BM=bm, BD=bd, BDV=bdv, num_warps=4 if bm < 64 else 8)  # fmt: skip
     dk = k.new_empty(b, n, h, d).transpose(1, 2)  # (b, h, n, d) head views of token-major memory
@@ -267,15 +267,15 @@ def backward(
     conv = conv_weight is not None
     taps = conv_weight.shape[-1] if conv else 1
     dw_parts = torch.empty(b, h, s, block(taps), **f32)
-    launch(key_backward, (bh, s), saved.q_l, k, v, seg, inv_count, saved.lse_b, dbv, delta, dkl, dk, dvv,
-           dql_parts, grad, conv_weight if conv else inv_count, dw_parts,
+    launch(key_backward, (bh, s), saved.q_l, k, v, seg, counts, saved.lse_b, dbv, delta, dkl, dk, dvv,
+           dql_parts, grad, conv_weight if conv else counts, dw_parts,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
            dk.stride(0), dk.stride(1), dk.stride(2), dvv.stride(0), dvv.stride(1), dvv.stride(2),
            grad.stride(0), grad.stride(1), grad.stride(2), h, n, m, d, dv, taps, per_split, s,
            BN=bn, BM=bm, BD=bd, BDV=bdv, BK=block(taps), CONV=conv, **dots)  # fmt: skip
     dql = dql_parts.sum(1)  # (BH, BM, BD): the key splits' and A's parts of dq̃
     dq = q.new_empty(b, n, h, d).transpose(1, 2)
-    launch(query_landmarks, (bh, -(-n // bn)), dq32, dql, seg, inv_count, dq, dq.stride(0), dq.stride(1),
+    launch(query_landmarks, (bh, -(-n // bn)), dq32, dql, seg, counts, dq, dq.stride(0), dq.stride(1),
            dq.stride(2), h, n, m, d, scale, BN=bn, BM=bm, BD=bd)  # fmt: skip
     dw = dq32.new_empty(0)
     if conv:  # (h, K): the splits' and samples' parts, in the weight's dtype

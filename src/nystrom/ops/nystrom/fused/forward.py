@@ -53,7 +53,7 @@ def kernels():
     import triton.language as tl
 
     @triton.jit
-    def landmarks(q_ptr, k_ptr, seg_ptr, bounds_ptr, inv_ptr, ql_ptr, kl_ptr,
+    def landmarks(q_ptr, k_ptr, seg_ptr, bounds_ptr, count_ptr, ql_ptr, kl_ptr,
                   sqb, sqh, sqn, skb, skh, skn, H, n, m, d, scale,
                   BN: tl.constexpr, BD: tl.constexpr):  # fmt: skip
         bh = tl.program_id(0).to(tl.int64)
@@ -61,7 +61,7 @@ def kernels():
         b, h = bh // H, bh % H
         start = tl.load(bounds_ptr + (b * m + j) * 2)
         end = tl.load(bounds_ptr + (b * m + j) * 2 + 1)
-        inv = tl.load(inv_ptr + b * m + j)
+        inv = 1.0 / tl.maximum(tl.load(count_ptr + b * m + j), 1).to(tl.float32)  # an empty landmark's sums are 0
         cols = tl.arange(0, BD)
         acc_q = tl.zeros([BD], dtype=tl.float32)
         acc_k = tl.zeros([BD], dtype=tl.float32)
@@ -78,7 +78,7 @@ def kernels():
         tl.store(kl_ptr + out, acc_k * inv, mask=cols < d)
 
     @triton.jit
-    def landmark_pinv(ql_ptr, kl_ptr, inv_ptr, a_ptr, z_ptr, it_ptr, H, m, d, iterations,
+    def landmark_pinv(ql_ptr, kl_ptr, count_ptr, a_ptr, z_ptr, it_ptr, H, m, d, iterations,
                       BM: tl.constexpr, BD: tl.constexpr):  # fmt: skip
         bh = tl.program_id(0).to(tl.int64)
         b = bh // H
@@ -87,7 +87,7 @@ def kernels():
         tile = (rows[:, None] < m) & (dcols[None, :] < d)
         ql = tl.load(ql_ptr + bh * m * d + rows[:, None] * d + dcols[None, :], mask=tile, other=0.0)
         kl = tl.load(kl_ptr + bh * m * d + rows[:, None] * d + dcols[None, :], mask=tile, other=0.0)
-        valid = tl.load(inv_ptr + b * m + rows, mask=rows < m, other=0.0) > 0  # (BM,)
+        valid = tl.load(count_ptr + b * m + rows, mask=rows < m, other=0) > 0  # (BM,)
         pair = valid[:, None] & valid[None, :]  # (BM, BM)
         eye = tl.where((rows[:, None] == rows[None, :]) & (rows[:, None] < m), 1.0, 0.0)
         scores = tl.dot(ql, tl.trans(kl), input_precision="ieee")  # (BM, BM), already scaled
@@ -184,7 +184,7 @@ def kernels():
                  mask=tile)  # fmt: skip
 
     @triton.jit
-    def query_pass(q_ptr, kl_ptr, u_ptr, inv_ptr, seg_ptr, v_ptr, w_ptr, o_ptr, lse_ptr,
+    def query_pass(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, v_ptr, w_ptr, o_ptr, lse_ptr,
                    sqb, sqh, sqn, svb, svh, svn, sob, soh, son, H, n, m, d, dv, K, scale,
                    BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                    CONV: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
@@ -200,7 +200,7 @@ def kernels():
                     mask=real[:, None] & (dcols[None, :] < d), other=0.0)  # (BN, BD), padded rows 0  # fmt: skip
         klt = tl.load(kl_ptr + bh * m * d + rows[None, :] * d + dcols[:, None],
                       mask=(rows[None, :] < m) & (dcols[:, None] < d), other=0.0)  # (BD, BM)  # fmt: skip
-        valid = tl.load(inv_ptr + b * m + rows, mask=rows < m, other=0.0) > 0
+        valid = tl.load(count_ptr + b * m + rows, mask=rows < m, other=0) > 0
         s = tl.dot(q.to(DOT), klt.to(q.dtype).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
         s = tl.where(valid[None, :], s, float("-inf"))
         peak = tl.max(s, axis=1)
@@ -243,7 +243,7 @@ def forward(
     v: torch.Tensor,
     seg: torch.Tensor,
     bounds: torch.Tensor,
-    inv_count: torch.Tensor,
+    counts: torch.Tensor,
     conv_weight: torch.Tensor | None,
     scale: float,
     iterations: int,
@@ -251,14 +251,14 @@ def forward(
     """The five launches on q, k (b, h, n, d) and v (b, h, n, dv) with unit stride in the last dim;
     ``conv_weight`` (h, K) or None: the conv skip of v, added in the query pass (read as float32)."""
     b, h, n, d = q.shape
-    dv, m, bh = v.shape[-1], inv_count.shape[-1], b * h
+    dv, m, bh = v.shape[-1], counts.shape[-1], b * h
     landmarks, landmark_pinv, key_pass, key_combine, query_pass = kernels()
     bm, bd, bdv, bn = block(m), block(d), block(dv), 64
     res = outputs(q, v, m, iterations)
-    launch(landmarks, (bh, m), q, k, seg, bounds, inv_count, res.q_l, res.k_l,
+    launch(landmarks, (bh, m), q, k, seg, bounds, counts, res.q_l, res.k_l,
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
            h, n, m, d, scale, BN=bn, BD=bd)  # fmt: skip
-    launch(landmark_pinv, (bh,), res.q_l, res.k_l, inv_count, res.a, res.z, res.iterates, h, m, d, iterations,
+    launch(landmark_pinv, (bh,), res.q_l, res.k_l, counts, res.a, res.z, res.iterates, h, m, d, iterations,
            BM=bm, BD=bd, num_warps=4 if bm < 64 else 8)  # fmt: skip
     per_split, s = splits(n, bh, bn, q.device)
     acc = torch.empty(bh, s, bm, bdv, dtype=torch.float32, device=q.device)
@@ -270,8 +270,8 @@ def forward(
     launch(key_combine, (bh,), acc, stat, res.z, res.bv, res.lse_b, res.u, m, dv, s, BM=bm, BDV=bdv)
     conv = conv_weight is not None
     out = res.out
-    launch(query_pass, (bh, -(-n // bn)), q, res.k_l, res.u, inv_count, seg, v,
-           conv_weight if conv else inv_count, out, res.lse_f,
+    launch(query_pass, (bh, -(-n // bn)), q, res.k_l, res.u, counts, seg, v,
+           conv_weight if conv else counts, out, res.lse_f,
            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
            out.stride(0), out.stride(1), out.stride(2), h, n, m, d, dv, conv_weight.shape[-1] if conv else 1, scale,
            BN=bn, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots)  # fmt: skip

@@ -29,19 +29,19 @@ def fused_attention_op(
     v: torch.Tensor,
     seg: torch.Tensor,
     bounds: torch.Tensor,
-    inv_count: torch.Tensor,
+    counts: torch.Tensor,
     conv_weight: torch.Tensor | None,
     scale: float,
     iterations: int,
 ) -> list[torch.Tensor]:
     """[out (b, h, n, dv), then the backward's tensors] (see :class:`~.forward.Forward`); ``conv_weight``
     (h, K) or None."""
-    return list(_forward.forward(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations))
+    return list(_forward.forward(q, k, v, seg, bounds, counts, conv_weight, scale, iterations))
 
 
 @fused_attention_op.register_fake
-def _(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations):
-    return list(_forward.outputs(q, v, inv_count.shape[-1], iterations))
+def _(q, k, v, seg, bounds, counts, conv_weight, scale, iterations):
+    return list(_forward.outputs(q, v, counts.shape[-1], iterations))
 
 
 @torch.library.custom_op("nystrom::fused_attention_backward", mutates_args=())
@@ -51,18 +51,18 @@ def fused_attention_backward_op(
     k: torch.Tensor,
     v: torch.Tensor,
     seg: torch.Tensor,
-    inv_count: torch.Tensor,
+    counts: torch.Tensor,
     conv_weight: torch.Tensor | None,
     saved: list[torch.Tensor],
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv and the conv weight's gradient (h, K) (empty without one) for the gradient ``grad``
     (b, h, n, dv) of the output; ``saved`` is the forward's list."""
-    return _backward.backward(grad, q, k, v, seg, inv_count, conv_weight, _forward.Forward(*saved), scale)
+    return _backward.backward(grad, q, k, v, seg, counts, conv_weight, _forward.Forward(*saved), scale)
 
 
 @fused_attention_backward_op.register_fake
-def _(grad, q, k, v, seg, inv_count, conv_weight, saved, scale):
+def _(grad, q, k, v, seg, counts, conv_weight, saved, scale):
     b, h, n, d = q.shape
     dw = torch.empty_like(conv_weight) if conv_weight is not None else q.new_empty(0, dtype=torch.float32)
     return (q.new_empty(b, n, h, d).transpose(1, 2), k.new_empty(b, n, h, d).transpose(1, 2),
@@ -70,20 +70,20 @@ def _(grad, q, k, v, seg, inv_count, conv_weight, saved, scale):
 
 
 def _setup(ctx, inputs, output) -> None:
-    q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations = inputs
-    ctx.save_for_backward(q, k, v, seg, inv_count, conv_weight, *output)
+    q, k, v, seg, bounds, counts, conv_weight, scale, iterations = inputs
+    ctx.save_for_backward(q, k, v, seg, counts, conv_weight, *output)
     ctx.scale = scale
     ctx.mark_non_differentiable(*output[1:])
     ctx.set_materialize_grads(False)  # the saved outputs get no gradient: no zero tensors (launches) for them
 
 
 def _grad(ctx, grads):
-    q, k, v, seg, inv_count, conv_weight, *saved = ctx.saved_tensors
+    q, k, v, seg, counts, conv_weight, *saved = ctx.saved_tensors
     if grads[0] is None:  # the output took no part in the loss
         return None, None, None, None, None, None, None, None, None
     with autocast_off(q.device.type):
         dq, dk, dv, dw = fused_attention_backward_op(
-            grads[0], q, k, v, seg, inv_count, conv_weight, saved, ctx.scale
+            grads[0], q, k, v, seg, counts, conv_weight, saved, ctx.scale
         )
     return dq, dk, dv, None, None, None, (dw if conv_weight is not None else None), None, None
 
@@ -94,11 +94,11 @@ fused_attention_op.register_autograd(_grad, setup_context=_setup)
 def _autocast_rule(device_type: str):
     key = getattr(torch._C.DispatchKey, "Autocast" + torch._C._dispatch_key_for_device(device_type))
 
-    def rule(_keyset, q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations):
+    def rule(_keyset, q, k, v, seg, bounds, counts, conv_weight, scale, iterations):
         dtype = torch.get_autocast_dtype(device_type)
         q, k, v = (t.to(dtype) if t.is_floating_point() else t for t in (q, k, v))
         with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(key)):
-            return fused_attention_op(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations)
+            return fused_attention_op(q, k, v, seg, bounds, counts, conv_weight, scale, iterations)
 
     return rule
 
@@ -111,6 +111,6 @@ for _device in ("cpu", "cuda"):
     )  # fmt: skip
 
 
-def fused_attention(q, k, v, seg, bounds, inv_count, conv_weight, scale: float, iterations: int) -> torch.Tensor:
+def fused_attention(q, k, v, seg, bounds, counts, conv_weight, scale: float, iterations: int) -> torch.Tensor:
     """The op's output (b, h, n, dv)."""
-    return fused_attention_op(q, k, v, seg, bounds, inv_count, conv_weight, scale, iterations)[0]
+    return fused_attention_op(q, k, v, seg, bounds, counts, conv_weight, scale, iterations)[0]

@@ -1,11 +1,17 @@
 """What the fused kernels read from the mask: every token's landmark and every landmark's token range.
 
-Legend: b batch, n tokens, m landmarks.
+Legend: b batch, n tokens, m landmarks, L real tokens of a sample, r rank of a real token among them.
 
-The assignment is :func:`~nystrom.ops.nystrom.landmarks.landmark_assignment`'s (both segment rules). In
-both, a landmark's real tokens are consecutive among the real tokens (rank and position are monotone), so
-each landmark's tokens lie in one position range [start, end): the landmark kernel reads that range only,
-and skips the padded positions inside it by their landmark index ``m``.
+The assignment is :func:`~nystrom.ops.nystrom.landmarks.landmark_assignment`'s, in closed form, with
+fewer ops (on a GPU each is a launch; the plan is computed once per forward for all layers):
+
+* ``"balanced"``: the real token of rank r goes to landmark ⌊r·m/L⌋, so landmark j holds the ranks
+  [r_j, r_{j+1}) with r_j = ⌈j·L/m⌉: its count is r_{j+1} − r_j, and its tokens lie between the
+  positions of ranks r_j and r_{j+1} (a ``searchsorted`` in the running count of real tokens);
+* ``"front_padded"``: landmark j holds the positions [j·l − o, (j+1)·l − o) with l = ⌈n/m⌉ and
+  o = m·l − n (the virtual front padding), its count the real tokens there.
+
+Padded positions inside a range are skipped by the kernels through their landmark index ``m``.
 """
 
 from __future__ import annotations
@@ -13,26 +19,51 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
-from nystrom.ops.nystrom.landmarks import landmark_assignment, shared
+from nystrom.ops.nystrom.landmarks import shared
 
 
 class Plan(NamedTuple):
-    """The mask's part of a fused call, computed once per forward for all layers."""
+    """The mask's part of a fused call."""
 
     seg: torch.Tensor  # (b, n) int32: the token's landmark, m for padding
-    bounds: torch.Tensor  # (b, m, 2) int32: [start, end) positions of the landmark's tokens (empty: n, 0)
-    inv_count: torch.Tensor  # (b, m) float32: 1 / the landmark's real tokens, 0 for an empty landmark
+    bounds: torch.Tensor  # (b, m, 2) int32: [start, end) positions holding the landmark's tokens
+    counts: torch.Tensor  # (b, m) int32: the landmark's real tokens (0: an empty landmark)
+
+
+def _balanced(mask: torch.Tensor | None, b: int, n: int, m: int, device: torch.device) -> Plan:
+    j = torch.arange(m + 1, dtype=torch.int32, device=device)  # (m + 1,)
+    if mask is None:  # ranks are positions, L = n
+        seg = torch.arange(n, dtype=torch.int32, device=device) * m // n  # (n,)
+        starts = (j * n + (m - 1)) // m  # (m + 1,) r_j = ⌈j·n/m⌉, also its position
+        bounds = torch.stack((starts[:-1], starts[1:]), -1)  # (m, 2)
+        return Plan(seg.expand(b, n), bounds.expand(b, m, 2), (starts[1:] - starts[:-1]).expand(b, m))
+    running = mask.cumsum(-1, dtype=torch.int32)  # (b, n) real tokens up to and including each position
+    length = running[:, -1:].clamp(min=1)  # (b, 1) L; ≥ 1: unchecked rows (traced, GPU)
+    seg = torch.where(mask, (running - 1) * m // length, m)  # (b, n)
+    ranks = (j * length + (m - 1)) // m  # (b, m + 1) r_j
+    starts = torch.searchsorted(running, ranks + 1, out_int32=True)  # (b, m + 1) the position of rank r_j
+    bounds = torch.stack((starts[:, :-1], starts[:, 1:]), -1)  # (b, m, 2)
+    return Plan(seg, bounds, ranks[:, 1:] - ranks[:, :-1])
+
+
+def _front_padded(mask: torch.Tensor | None, b: int, n: int, m: int, device: torch.device) -> Plan:
+    run = -(-n // m)  # l
+    offset = m * run - n  # o
+    edges = torch.arange(-offset, m * run - offset + 1, run, dtype=torch.int32, device=device).clamp_(0, n)
+    bounds = torch.stack((edges[:-1], edges[1:]), -1).expand(b, m, 2)  # (b, m, 2)
+    seg = (torch.arange(n, dtype=torch.int32, device=device) + offset) // run  # (n,)
+    if mask is None:
+        return Plan(seg.expand(b, n), bounds, (edges[1:] - edges[:-1]).expand(b, m))
+    running = F.pad(mask.cumsum(-1, dtype=torch.int32), (1, 0))  # (b, n + 1), 0 before the first
+    real = running[:, edges.long()]  # (b, m + 1) real tokens before each edge
+    return Plan(torch.where(mask, seg, m), bounds, real[:, 1:] - real[:, :-1])
 
 
 def _compute(mask: torch.Tensor | None, b: int, n: int, m: int, segments: str, device: torch.device) -> Plan:
-    seg, counts = landmark_assignment(mask, b, n, m, device, segments=segments)  # (b, n), (b, m) int64
-    pos = torch.arange(n, device=device).expand(b, n)  # (b, n)
-    start = torch.full((b, m + 1), n, dtype=torch.long, device=device).scatter_reduce_(1, seg, pos, "amin")
-    end = torch.zeros(b, m + 1, dtype=torch.long, device=device).scatter_reduce_(1, seg, pos + 1, "amax")
-    bounds = torch.stack((start[:, :m], end[:, :m]), -1).to(torch.int32)  # (b, m, 2)
-    inv_count = torch.where(counts > 0, 1.0 / counts.clamp(min=1).float(), 0.0)  # (b, m)
-    return Plan(seg.to(torch.int32), bounds, inv_count)
+    plan = (_balanced if segments == "balanced" else _front_padded)(mask, b, n, m, device)
+    return Plan(*(t.contiguous() for t in plan))  # the kernels index rows: (b, ·) with real strides
 
 
 def plan(mask: torch.Tensor | None, b: int, n: int, m: int, segments: str, device: torch.device) -> Plan:
