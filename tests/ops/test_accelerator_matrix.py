@@ -1,9 +1,11 @@
 """The accelerator path against the CPU path, cell by cell: dtype × mode × mask × model.
 
-The accelerator path (few large ops, the ``nystrom::iterative_pinv`` op, SDPA) is what CUDA runs. On a
-machine without a GPU it runs on CPU tensors inside ``force_accelerator_path()``; with the ``gpu`` marker
-the same test functions run it on CUDA. Each cell compares it with the CPU path (the cache-blocked
-kernels, run on the CPU in the same dtype) within that dtype's tolerance.
+The accelerator path is what CUDA runs: Nyström attention through the fused Triton kernels
+(``nystrom.ops.nystrom.fused``), or with them off through PyTorch ops (the ``nystrom::iterative_pinv`` op,
+SDPA), and the model's other layers as few large ops. On a machine without a GPU both run on CPU tensors
+inside ``force_accelerator_path()``, the fused kernels by Triton's interpreter; with the ``gpu`` marker the
+same test functions run them on CUDA. Each cell compares it with the CPU path (the cache-blocked kernels,
+run on the CPU in the same dtype) within that dtype's tolerance.
 
 Axes:
 * dtype: fp32, bf16, fp16 (weights and inputs cast), and bf16 autocast over fp32 weights;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -26,6 +29,7 @@ import torch
 
 from nystrom import NystromAttention
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM
+from nystrom.ops.nystrom.fused import LAUNCHES, fused_kernels
 from nystrom.utils.device import force_accelerator_path
 
 from oracle import rel_err, right_pad_mask
@@ -46,9 +50,12 @@ GRAD_TOLERANCE = {"fp32": 1e-4, "bf16": 8e-2, "fp16": 1e-2, "autocast-bf16": 8e-
 MODELS = ("module", "nystromformer", "bert")
 
 DEVICES = [
-    pytest.param("cpu", id="cpu-forced"),
-    pytest.param("cuda", id="cuda", marks=pytest.mark.gpu),
-]
+    pytest.param("cpu", "accelerator", id="cpu-forced"),
+    pytest.param("cpu", "fused", id="cpu-fused-interpreted", marks=pytest.mark.skipif(
+        importlib.util.find_spec("triton") is None, reason="triton is not installed (pip install triton, Linux)")),
+    pytest.param("cuda", "fused", id="cuda", marks=pytest.mark.gpu),
+    pytest.param("cuda", "accelerator", id="cuda-pytorch-path", marks=pytest.mark.gpu),
+]  # fmt: skip
 
 
 def _modes(dtype: str) -> list[str]:
@@ -130,9 +137,12 @@ def make_case(model: str, masked: bool, dtype: torch.dtype, device: str, *, laye
 
 
 @contextlib.contextmanager
-def accelerator(device: str) -> Iterator[None]:
-    """The accelerator path on ``device``: forced on CPU tensors, the device's own path elsewhere."""
-    with force_accelerator_path() if device == "cpu" else contextlib.nullcontext():
+def accelerator(device: str, path: str = "accelerator") -> Iterator[None]:
+    """The accelerator path on ``device``: forced on CPU tensors, the device's own path elsewhere; ``path``
+    ``"fused"``: Nyström attention through the fused Triton kernels (run by Triton's interpreter on CPU
+    tensors), ``"accelerator"``: with them off (its PyTorch ops)."""
+    forced = force_accelerator_path() if device == "cpu" else contextlib.nullcontext()
+    with forced, fused_kernels(path == "fused"):
         yield
 
 
@@ -181,13 +191,15 @@ def compare(got: dict, want: dict, dtype: str) -> None:
         assert (got["grads"][name] - g).norm().item() <= GRAD_TOLERANCE[dtype] * scale, name
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("device", "path"), DEVICES)
 @pytest.mark.parametrize(("dtype", "mode", "masked", "model"), CELLS)
-def test_accelerator_path_agrees_with_the_cpu_path(dtype, mode, masked, model, device):
+def test_accelerator_path_agrees_with_the_cpu_path(dtype, mode, masked, model, device, path):
     weights, amp = DTYPES[dtype]
     want = run_cell(make_case(model, masked, weights, "cpu"), mode, "cpu", amp)
-    with accelerator(device):
+    before = LAUNCHES["query_pass"]
+    with accelerator(device, path):
         got = run_cell(make_case(model, masked, weights, device), mode, device, amp)
+    assert (LAUNCHES["query_pass"] > before) == (path == "fused")  # the kernels ran, or did not
     compare(got, want, dtype)
 
 

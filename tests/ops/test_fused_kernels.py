@@ -305,7 +305,7 @@ def test_fused_kernels_without_the_interpreter_or_a_gpu_raises(monkeypatch):
 @pytest.mark.parametrize("d, m", [(32, 16), (64, 64), (128, 128)], ids=["d32-m16", "d64-m64", "d128-m128"])
 def test_cuda_fused_equals_the_oracle(dtype, d, m):
     n = 1000  # not a multiple of m; the oracle materialises n×m in float64
-    _check_against_oracle("cuda", dtype, 2, 4, n, d, d, m, [n, 700], "balanced", True)
+    _check_against_oracle("cuda", dtype, 2, 4, n, d, d, m, [n, 700], "balanced", True, 65)
 
 
 @pytest.mark.gpu
