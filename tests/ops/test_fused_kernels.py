@@ -200,6 +200,7 @@ class _AtenOps(torch.utils._python_dispatch.TorchDispatchMode):
     "options",
     [
         pytest.param(dict(num_landmarks=256), id="m-256"),
+        pytest.param(dict(num_landmarks=128), id="m-128"),
         pytest.param(dict(num_landmarks=8, pinv="exact"), id="exact-pinv"),
         pytest.param(dict(num_landmarks=8, pinv_init="original"), id="batch-wide-z0"),
         pytest.param(dict(num_landmarks=8, dtype=torch.float64), id="float64"),
@@ -302,7 +303,7 @@ def test_fused_kernels_without_the_interpreter_or_a_gpu_raises(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=["fp32", "bf16", "fp16"])
-@pytest.mark.parametrize("d, m", [(32, 16), (64, 64), (128, 128)], ids=["d32-m16", "d64-m64", "d128-m128"])
+@pytest.mark.parametrize("d, m", [(32, 16), (64, 64), (128, 64)], ids=["d32-m16", "d64-m64", "d128-m64"])
 def test_cuda_fused_equals_the_oracle(dtype, d, m):
     n = 1000  # not a multiple of m; the oracle materialises n×m in float64
     _check_against_oracle("cuda", dtype, 2, 4, n, d, d, m, [n, 700], "balanced", True, 65)

@@ -28,8 +28,10 @@ from nystrom.ops.nystrom.fused.plan import plan
 
 __all__ = ["LAUNCHES", "covers", "fused_attention", "fused_kernels"]
 
-#: the largest m (A and the pinv iterates live on chip, one program per head) and head dims (tiles)
-MAX_LANDMARKS = 128
+#: the largest m (A and the pinv iterates live on chip, one program per head) and head dims (tiles). At
+#: m = 128 the per-head kernels spill 72-144 KB per thread and one took over 10 minutes to compile for
+#: sm_90 (kernel_resources in the lab): m > 64 runs the PyTorch path until a GPU run tunes them.
+MAX_LANDMARKS = 64
 MAX_HEAD_DIM = 128
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

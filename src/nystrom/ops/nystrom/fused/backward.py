@@ -26,7 +26,7 @@ import functools
 import torch
 
 from nystrom.ops.nystrom.fused.forward import Forward
-from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits
+from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits, warps
 
 
 @functools.cache
@@ -102,25 +102,27 @@ def kernels():
         tl.store(dbv_ptr + (bh * BM + rows[:, None]) * BDV + vcols[None, :], dbv)
         tl.store(delta_ptr + bh * BM + rows, tl.sum(dbv * bv, axis=1))
         g = tl.dot(du, tl.trans(bv), input_precision="ieee")  # (BM, BM) dA⁺
-        a = tl.load(a_ptr + bh * m * m + mm, mask=inside, other=0.0)
-        eye = tl.where((rows[:, None] == rows[None, :]) & (rows[:, None] < m), 1.0, 0.0)
+        diag = (rows[:, None] == rows[None, :]) & (rows[:, None] < m)
         hk = 0.25 * g  # ¼ of the gradient of the current iterate
         da = tl.zeros([BM, BM], dtype=tl.float32)
         it_base = it_ptr + bh * iterations * m * m
-        for step in range(iterations):
+        for step in range(iterations):  # ordered so that each m×m tile dies early (registers)
             zk = tl.load(it_base + (iterations - 1 - step) * m * m + mm, mask=inside, other=0.0)
+            a = tl.load(a_ptr + bh * m * m + mm, mask=inside, other=0.0)  # re-read (L1/L2), not kept live
             y = tl.dot(a, zk, input_precision="ieee")
-            pk = 7.0 * eye - y
-            qk = 15.0 * eye - tl.dot(y, pk, input_precision="ieee")
-            rk = 13.0 * eye - tl.dot(y, qk, input_precision="ieee")
+            pk = tl.where(diag, 7.0 - y, -y)  # 7I − Y
+            qk = tl.where(diag, 15.0, 0.0) - tl.dot(y, pk, input_precision="ieee")
+            rk = tl.where(diag, 13.0, 0.0) - tl.dot(y, qk, input_precision="ieee")
             dr = tl.dot(tl.trans(zk), hk, input_precision="ieee")  # ∂R
+            hk = tl.dot(hk, tl.trans(rk), input_precision="ieee")  # G Rᵀ, the first half of ¼ ∂Z_k
             dq = tl.dot(tl.trans(y), dr, input_precision="ieee")  # −∂Q
-            dp = tl.dot(tl.trans(y), dq, input_precision="ieee")  # ∂P
-            dy = tl.dot(dq, tl.trans(pk), input_precision="ieee") - dp
-            dy -= tl.dot(dr, tl.trans(qk), input_precision="ieee")  # ∂Y = −∂P − ∂R Qᵀ − ∂Q Pᵀ
+            dy = -tl.dot(dr, tl.trans(qk), input_precision="ieee")
+            dy += tl.dot(dq, tl.trans(pk), input_precision="ieee")
+            dy -= tl.dot(tl.trans(y), dq, input_precision="ieee")  # ∂Y = −∂P − ∂R Qᵀ − ∂Q Pᵀ, ∂P = Yᵀ(−∂Q)
             da += tl.dot(dy, tl.trans(zk), input_precision="ieee")
-            hk = 0.25 * (tl.dot(hk, tl.trans(rk), input_precision="ieee")
-                         + tl.dot(tl.trans(a), dy, input_precision="ieee"))  # fmt: skip
+            a = tl.load(a_ptr + bh * m * m + mm, mask=inside, other=0.0)
+            hk = 0.25 * (hk + tl.dot(tl.trans(a), dy, input_precision="ieee"))
+        a = tl.load(a_ptr + bh * m * m + mm, mask=inside, other=0.0)
         g0 = 4.0 * hk  # the gradient of Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞)
         absa = tl.abs(a)
         col_sums = tl.sum(absa, axis=0)
@@ -256,12 +258,13 @@ def backward(
     du, dkl_parts = torch.empty(bh, s, bm, bdv, **f32), torch.empty(bh, s, bm, bd, **f32)
     launch(query_backward, (bh, s), q, saved.k_l, saved.u, counts, seg, grad, saved.lse_f,
            dq32, du, dkl_parts, q.stride(0), q.stride(1), q.stride(2), grad.stride(0), grad.stride(1),
-           grad.stride(2), h, n, m, d, dv, scale, per_split, s, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots)  # fmt: skip
+           grad.stride(2), h, n, m, d, dv, scale, per_split, s, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots,
+           num_warps=warps("query_backward", bm, q.dtype))  # fmt: skip
     dbv, delta = torch.empty(bh, bm, bdv, **f32), torch.empty(bh, bm, **f32)
     dkl, dql_parts = torch.empty(bh, bm, bd, **f32), torch.empty(bh, s + 1, bm, bd, **f32)
     launch(landmark_backward, (bh,), saved.q_l, saved.k_l, counts, saved.a, saved.z, saved.iterates,
            saved.bv, du, dkl_parts, dbv, delta, dkl, dql_parts, h, m, d, dv, iterations, s,
-           BM=bm, BD=bd, BDV=bdv, num_warps=4 if bm < 64 else 8)  # fmt: skip
+           BM=bm, BD=bd, BDV=bdv, num_warps=warps("landmark_backward", bm))  # fmt: skip
     dk = k.new_empty(b, n, h, d).transpose(1, 2)  # (b, h, n, d) head views of token-major memory
     dvv = v.new_empty(b, n, h, dv).transpose(1, 2)
     conv = conv_weight is not None
@@ -272,7 +275,8 @@ def backward(
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
            dk.stride(0), dk.stride(1), dk.stride(2), dvv.stride(0), dvv.stride(1), dvv.stride(2),
            grad.stride(0), grad.stride(1), grad.stride(2), h, n, m, d, dv, taps, per_split, s,
-           BN=bn, BM=bm, BD=bd, BDV=bdv, BK=block(taps), CONV=conv, **dots)  # fmt: skip
+           BN=bn, BM=bm, BD=bd, BDV=bdv, BK=block(taps), CONV=conv, **dots,
+           num_warps=warps("key_backward", bm, q.dtype))  # fmt: skip
     dql = dql_parts.sum(1)  # (BH, BM, BD): the key splits' and A's parts of dq̃
     dq = q.new_empty(b, n, h, d).transpose(1, 2)
     launch(query_landmarks, (bh, -(-n // bn)), dq32, dql, seg, counts, dq, dq.stride(0), dq.stride(1),

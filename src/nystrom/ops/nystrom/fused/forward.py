@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import torch
 
-from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits
+from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits, warps
 
 
 class Forward(NamedTuple):
@@ -259,20 +259,22 @@ def forward(
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
            h, n, m, d, scale, BN=bn, BD=bd)  # fmt: skip
     launch(landmark_pinv, (bh,), res.q_l, res.k_l, counts, res.a, res.z, res.iterates, h, m, d, iterations,
-           BM=bm, BD=bd, num_warps=4 if bm < 64 else 8)  # fmt: skip
+           BM=bm, BD=bd, num_warps=warps("landmark_pinv", bm))  # fmt: skip
     per_split, s = splits(n, bh, bn, q.device)
     acc = torch.empty(bh, s, bm, bdv, dtype=torch.float32, device=q.device)
     stat = torch.empty(bh, s, 2, bm, dtype=torch.float32, device=q.device)
     dots = dot_options(q.dtype)
     launch(key_pass, (bh, s), res.q_l, k, v, seg, acc, stat,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-           h, n, m, d, dv, per_split, s, BM=bm, BN=bn, BD=bd, BDV=bdv, **dots)  # fmt: skip
-    launch(key_combine, (bh,), acc, stat, res.z, res.bv, res.lse_b, res.u, m, dv, s, BM=bm, BDV=bdv)
+           h, n, m, d, dv, per_split, s, BM=bm, BN=bn, BD=bd, BDV=bdv, **dots,
+           num_warps=warps("key_pass", bm, q.dtype))  # fmt: skip
+    launch(key_combine, (bh,), acc, stat, res.z, res.bv, res.lse_b, res.u, m, dv, s, BM=bm, BDV=bdv,
+           num_warps=warps("key_combine", bm))  # fmt: skip
     conv = conv_weight is not None
     out = res.out
     launch(query_pass, (bh, -(-n // bn)), q, res.k_l, res.u, counts, seg, v,
            conv_weight if conv else counts, out, res.lse_f,
            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
            out.stride(0), out.stride(1), out.stride(2), h, n, m, d, dv, conv_weight.shape[-1] if conv else 1, scale,
-           BN=bn, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots)  # fmt: skip
+           BN=bn, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots, num_warps=warps("query_pass", bm, q.dtype))  # fmt: skip
     return res

@@ -50,6 +50,25 @@ def splits(n: int, bh: int, bn: int, device: torch.device) -> tuple[int, int]:
     return per_split, -(-n // per_split)
 
 
+#: warps of the one-program-per-head kernels at m ≥ 64 (the others take Triton's default, 4): the m×m tiles
+#: of A, its iterates and their gradients need the registers of more threads. Chosen from the spill stack
+#: that ``python -m nystrom_lab.bench.gpu.kernel_resources`` reads from kernels compiled for sm_90 (no GPU
+#: yet to time them): key_combine 1596 -> 224 B per thread with 8 warps, landmark_backward 45 -> 10 KB with 16.
+_WARPS = {"landmark_pinv": 8, "key_combine": 8, "landmark_backward": 16}
+#: the token-block kernels whose products run as IEEE float32 FMAs (float32 inputs) at m ≥ 64: with 4 warps
+#: their (64, 64) tiles spilled 6-12 KB per thread
+_FLOAT32_DOTS = ("key_pass", "query_pass", "query_backward", "key_backward")
+
+
+def warps(kernel: str, bm: int, dtype: torch.dtype | None = None) -> int:
+    """``num_warps`` for ``kernel`` at the landmark tile ``bm`` (and inputs of ``dtype``)."""
+    if bm < 64:
+        return 4
+    if dtype == torch.float32 and kernel in _FLOAT32_DOTS:
+        return 8
+    return _WARPS.get(kernel, 4)
+
+
 def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
     """``kernel[grid](*args, **meta)``, counted in :data:`LAUNCHES`."""
     LAUNCHES[kernel.__name__] += 1
