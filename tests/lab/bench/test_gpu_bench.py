@@ -101,9 +101,10 @@ def test_a_stage_budget_counts_from_the_process_start(monkeypatch):
     assert gpu_bench.left(10.0) < 0
 
 
-def test_the_script_budgets_fit_under_eight_and_a_half_minutes():
-    """The stage budgets (and END, the models stage's end) leave room for a backstop kill within 510 s
-    (8 minutes before the fused kernels' cases: their PyTorch-path rows, n = 1K, two more models)."""
+def test_the_script_budgets_fit_under_ten_minutes():
+    """The stage budgets (and END, the models stage's end) leave room for a backstop kill within 590 s
+    (8 minutes before the fused kernels: their first compiles in the gpu tests, their PyTorch-path rows,
+    n = 1K, two more models)."""
     import re
 
     text = (ROOT / "scripts" / "gpu_bench.sh").read_text()
@@ -111,4 +112,4 @@ def test_the_script_budgets_fit_under_eight_and_a_half_minutes():
     end = int(re.search(r"END=\$\{END:-(\d+)\}", text).group(1))
     # ≥ 130 s left for the models stage: eager + CUDA graph ~70 s, the compiled case 50 s, its tail 6 s
     assert len(budgets) == 7 and sum(budgets) + 130 <= end
-    assert end + 10 + 5 <= 510  # the last stage's timeout and its kill grace
+    assert end + 10 + 5 <= 590  # the last stage's timeout and its kill grace

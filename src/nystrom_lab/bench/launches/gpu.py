@@ -96,8 +96,13 @@ GPU_TESTS = ("tests",)  # every test marked gpu: `pytest -m gpu` in full
 
 def run_gpu_tests(out: Path, *, timeout_s: float = 300) -> subprocess.CompletedProcess:
     """``pytest -m gpu`` of :data:`GPU_TESTS`; its log's tail to ``out/gpu_tests.txt``."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rA", "-p", "no:cacheprovider", *GPU_TESTS],
-                          capture_output=True, text=True, timeout=timeout_s)  # fmt: skip
+    args = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rA", "-p", "no:cacheprovider", *GPU_TESTS]
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as stopped:  # keep what ran: the log says where it stopped
+        text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+        done = subprocess.CompletedProcess(args, 124, text(stopped.stdout) + f"\n[stopped after {timeout_s:.0f} s]\n",
+                                           text(stopped.stderr))  # fmt: skip
     (out / "gpu_tests.txt").write_text(done.stdout[-20000:] + done.stderr[-5000:], encoding="utf-8")
     print(done.stdout[-3000:])
     return done
