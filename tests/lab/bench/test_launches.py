@@ -223,62 +223,20 @@ def test_real_launches_of_our_module_on_cuda_have_no_host_sync():
     assert 0 < ours["forward"]["launches"] < hf["forward"]["launches"]
 
 
-def test_our_sdpa_model_dispatches_no_more_ops_than_transformers_bert_with_sdpa():
-    """The model's own layers add no launches beside BERT's on the accelerator path: MiniLM size, bf16, a
-    padding mask of ones, counted on meta (it was 102 / 258 against BERT's 83 / 243 while the softmax
-    module zeroed its q, k and v again after zeroing x)."""
+def _minilm_counts_against_bert(n: int, attention: dict | None) -> dict[str, dict]:
+    """Ops of our MiniLM-size model (``attention`` spec, None: Nyström) and of transformers' BERT with
+    SDPA on meta, bf16, a padding mask of ones: forward and forward + backward."""
     import transformers
 
     from nystrom.model import NystromformerConfig, NystromformerModel
 
-    n, size = 256, dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    size = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+    spec = {} if attention is None else {"attention": attention}
     with torch.device("meta"):
         ours = NystromformerModel(
-            NystromformerConfig(
-                vocab_size=30522,
-                max_position_embeddings=n,
-                dropout=0.0,
-                hidden_act="gelu",
-                attention={"name": "softmax"},
-                **size,
-            )
-        )
-        bert = transformers.BertModel._from_config(
-            transformers.BertConfig(
-                vocab_size=30522,
-                max_position_embeddings=n,
-                hidden_dropout_prob=0.0,
-                attention_probs_dropout_prob=0.0,
-                **size,
-            ),
-            attn_implementation="sdpa",
-        )
-        ids, mask = torch.zeros(1, n, dtype=torch.long), torch.ones(1, n, dtype=torch.long)
-    counts = {}
-    for name, model in (("ours", ours), ("bert", bert)):
-        model = model.eval().to(torch.bfloat16)
-        counts[name] = count_call(
-            lambda model=model: model(input_ids=ids, attention_mask=mask).last_hidden_state, backward=True
-        )
-    for key in ("forward", "forward_backward"):
-        assert counts["ours"][key]["ops"] <= counts["bert"][key]["ops"], (key, counts["ours"][key]["by_op"])
-    assert counts["ours"]["forward_backward"]["host_syncs"] == 0
-    assert (counts["ours"]["forward"]["ops"], counts["ours"]["forward_backward"]["ops"]) == (78, 216)
-
-
-def test_our_nystrom_model_against_transformers_bert_with_sdpa():
-    """The fused op's model beside BERT with SDPA on meta (MiniLM size, bf16, 4096 tokens, a padding mask
-    of ones): forward + backward no more ops than BERT's; forward 4 more (the x zeroing of each layer,
-    which the PyTorch path needs for exact weight gradients; BERT reads its mask on the host instead)."""
-    import transformers
-
-    from nystrom.model import NystromformerConfig, NystromformerModel
-
-    n, size = 4096, dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
-    with torch.device("meta"):
-        ours = NystromformerModel(
-            NystromformerConfig(vocab_size=30522, max_position_embeddings=n, dropout=0.0, hidden_act="gelu", **size)
-        )
+            NystromformerConfig(vocab_size=30522, max_position_embeddings=n, dropout=0.0, hidden_act="gelu",
+                                **spec, **size)
+        )  # fmt: skip
         bert = transformers.BertModel._from_config(
             transformers.BertConfig(vocab_size=30522, max_position_embeddings=n, hidden_dropout_prob=0.0,
                                     attention_probs_dropout_prob=0.0, **size),
@@ -291,6 +249,25 @@ def test_our_nystrom_model_against_transformers_bert_with_sdpa():
         counts[name] = count_call(
             lambda model=model: model(input_ids=ids, attention_mask=mask).last_hidden_state, backward=True
         )
+    return counts
+
+
+def test_our_sdpa_model_dispatches_no_more_ops_than_transformers_bert_with_sdpa():
+    """The model's own layers add no launches beside BERT's on the accelerator path: MiniLM size, bf16, a
+    padding mask of ones, counted on meta (it was 102 / 258 against BERT's 83 / 243 while the softmax
+    module zeroed its q, k and v again after zeroing x)."""
+    counts = _minilm_counts_against_bert(256, {"name": "softmax"})
+    for key in ("forward", "forward_backward"):
+        assert counts["ours"][key]["ops"] <= counts["bert"][key]["ops"], (key, counts["ours"][key]["by_op"])
+    assert counts["ours"]["forward_backward"]["host_syncs"] == 0
+    assert (counts["ours"]["forward"]["ops"], counts["ours"]["forward_backward"]["ops"]) == (78, 216)
+
+
+def test_our_nystrom_model_against_transformers_bert_with_sdpa():
+    """The fused op's model beside BERT with SDPA on meta (MiniLM size, bf16, 4096 tokens, a padding mask
+    of ones): forward + backward no more ops than BERT's; forward 4 more (the x zeroing of each layer,
+    which the PyTorch path needs for exact weight gradients; BERT reads its mask on the host instead)."""
+    counts = _minilm_counts_against_bert(4096, None)
     ours, bert = counts["ours"], counts["bert"]
     assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (87, 225)
     assert (bert["forward"]["ops"], bert["forward_backward"]["ops"]) == (83, 243)
