@@ -358,3 +358,15 @@ def test_the_plan_matches_the_landmark_assignment(n, m, segments, kind, seed):
         mine = seg == j
         start, end = p.bounds[:, j, 0:1], p.bounds[:, j, 1:2]  # (b, 1)
         assert bool(((start <= pos) & (pos < end))[mine].all())
+
+
+@pytest.mark.parametrize("capability, runs", [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_cuda_calls_take_the_kernels_from_ampere_on(capability, runs, monkeypatch):
+    """A GPU older than sm_80 (no bfloat16 tl.dot) runs the PyTorch path instead of failing to compile."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(fused, "_triton", lambda: True)
+    monkeypatch.setattr(fused.torch.cuda, "get_device_capability", lambda device: capability)
+    q = SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16, shape=(1, 8, 4096, 64))
+    v = SimpleNamespace(shape=(1, 8, 4096, 64))
+    assert fused.covers(q, v, num_landmarks=64, pinv="iterative", pinv_init="per_matrix") is runs

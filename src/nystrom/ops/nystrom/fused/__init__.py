@@ -8,8 +8,8 @@ autocast rule), :mod:`.launch` (tile sizes and the counted launch). The maths is
 
 Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim.
 
-Where they run: on CUDA when Triton is installed, and on the meta device (the op's fake kernel: counting
-ops). On CPU tensors only inside :func:`fused_kernels` (``enabled=True``) with ``TRITON_INTERPRET=1``
+Where they run: on CUDA (Ampere or newer) when Triton is installed, and on the meta device (the op's
+fake kernel: counting ops). On CPU tensors only inside :func:`fused_kernels` (``enabled=True``) with ``TRITON_INTERPRET=1``
 set before the first call: Triton's interpreter runs them there, for the tests.
 """
 
@@ -34,6 +34,8 @@ __all__ = ["LAUNCHES", "covers", "fused_attention", "fused_kernels"]
 MAX_LANDMARKS = 64
 MAX_HEAD_DIM = 128
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+#: the oldest CUDA compute capability the kernels run on (bfloat16 tl.dot needs sm_80)
+MIN_CAPABILITY = (8, 0)
 
 _state: dict[str, bool | None] = {"enabled": None}  # None: on where they run (CUDA with Triton, meta)
 
@@ -74,8 +76,8 @@ def covers(
     device = q.device.type
     if device == "meta":
         where = enabled is not False
-    elif device == "cuda":
-        where = _triton()
+    elif device == "cuda":  # Ampere or newer: the bfloat16 products and the tested sm_90 build
+        where = _triton() and torch.cuda.get_device_capability(q.device) >= MIN_CAPABILITY
     else:
         where = bool(enabled) and device == "cpu"
     return (
