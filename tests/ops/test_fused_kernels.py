@@ -365,8 +365,8 @@ def test_cuda_calls_take_the_kernels_from_ampere_on(capability, runs, monkeypatc
     """A GPU older than sm_80 (no bfloat16 tl.dot) runs the PyTorch path instead of failing to compile."""
     from types import SimpleNamespace
 
-    monkeypatch.setattr(fused, "_triton", lambda: True)
-    monkeypatch.setattr(fused.torch.cuda, "get_device_capability", lambda device: capability)
+    monkeypatch.setattr(fused, "TRITON_INSTALLED", True)
+    monkeypatch.setattr(fused, "_capability", lambda device: capability)
     q = SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16, shape=(1, 8, 4096, 64))
     v = SimpleNamespace(shape=(1, 8, 4096, 64))
     assert fused.covers(q, v, num_landmarks=64, pinv="iterative", pinv_init="per_matrix") is runs

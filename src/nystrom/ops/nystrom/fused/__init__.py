@@ -60,8 +60,14 @@ def fused_kernels(enabled: bool) -> Iterator[None]:
         _state["enabled"] = before
 
 
-def _triton() -> bool:
-    return importlib.util.find_spec("triton") is not None
+#: whether Triton is installed (looked up once: a constant is what torch.compile can trace)
+TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    """The CUDA device's compute capability (``get_device_properties``: torch.compile folds it)."""
+    props = torch.cuda.get_device_properties(device)
+    return props.major, props.minor
 
 
 def covers(
@@ -77,7 +83,7 @@ def covers(
     if device == "meta":
         where = enabled is not False
     elif device == "cuda":  # Ampere or newer: the bfloat16 products and the tested sm_90 build
-        where = _triton() and torch.cuda.get_device_capability(q.device) >= MIN_CAPABILITY
+        where = TRITON_INSTALLED and _capability(q.device) >= MIN_CAPABILITY
     else:
         where = bool(enabled) and device == "cpu"
     return (
