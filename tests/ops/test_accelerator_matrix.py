@@ -224,17 +224,20 @@ def test_a_copy_of_a_case_computes_the_same_output():
 
 # torch.compile on the accelerator path ------------------------------------------------------------------
 
-#: on the CPU every cell; on CUDA the autocast cells only (what GPU users compile; each compile of forward
+#: on the CPU every cell of the PyTorch path and the fp32 training step through the fused op (Triton's
+#: interpreter); on CUDA the autocast cells only, both paths (what GPU users compile; each compile of forward
 #: and backward costs tens of seconds, and the GPU script's test stage has a budget)
 COMPILE_CELLS = [
-    pytest.param(dtype, mode, device, id=f"{dtype}-{mode}-{device_id}", marks=marks)
-    for device, device_id, marks, dtypes in (
-        ("cpu", "cpu-forced", (), ("fp32", "autocast-bf16")),
-        ("cuda", "cuda", (pytest.mark.gpu,), ("autocast-bf16",)),
+    pytest.param(dtype, mode, device, path, id=f"{dtype}-{mode}-{device_id}", marks=marks)
+    for device, path, device_id, marks, dtypes, modes in (
+        ("cpu", "accelerator", "cpu-forced", (), ("fp32", "autocast-bf16"), ("inference", "train")),
+        ("cpu", "fused", "cpu-fused-interpreted", (), ("fp32",), ("train",)),
+        ("cuda", "fused", "cuda", (pytest.mark.gpu,), ("autocast-bf16",), ("inference", "train")),
+        ("cuda", "accelerator", "cuda-pytorch-path", (pytest.mark.gpu,), ("autocast-bf16",), ("inference", "train")),
     )
     for dtype in dtypes
-    for mode in ("inference", "train")
-]
+    for mode in modes
+]  # fmt: skip
 
 
 def _compile_case(dtype: str, device: str) -> Case:
@@ -242,15 +245,15 @@ def _compile_case(dtype: str, device: str) -> Case:
     return make_case("nystromformer", True, DTYPES[dtype][0], device, layers=1)
 
 
-@pytest.mark.parametrize(("dtype", "mode", "device"), COMPILE_CELLS)
-def test_compiled_model_agrees_with_eager_on_the_accelerator_path(dtype, mode, device):
+@pytest.mark.parametrize(("dtype", "mode", "device", "path"), COMPILE_CELLS)
+def test_compiled_model_agrees_with_eager_on_the_accelerator_path(dtype, mode, device, path):
     """``torch.compile(model)`` (inductor, default mode): the inference forward, and a training step
     whose ``backward()`` runs inside the autocast block, give eager's outputs, losses and gradients."""
     import torch._dynamo
 
     torch._dynamo.reset()
     amp = DTYPES[dtype][1]
-    with accelerator(device):
+    with accelerator(device, path):
         want = run_cell(_compile_case(dtype, device), mode, device, amp)
         case = _compile_case(dtype, device)
         compiled = torch.compile(case.model)

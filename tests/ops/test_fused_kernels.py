@@ -23,7 +23,7 @@ from nystrom.ops.nystrom import fused
 from nystrom.ops.nystrom.fused import LAUNCHES, fused_kernels
 from nystrom.ops.nystrom.fused import backward as fused_backward
 from nystrom.ops.nystrom.fused import forward as fused_forward
-from nystrom.ops.nystrom.fused.op import fused_attention_op
+from nystrom.ops.nystrom.fused.op import fused_attention_backward_op, fused_attention_op
 from nystrom.ops.nystrom.fused.plan import plan
 from nystrom.ops.nystrom.landmarks import landmark_assignment
 from nystrom.ops.nystrom.naive import nystrom_attention_materialized
@@ -257,16 +257,20 @@ def test_autocast_runs_in_the_autocast_dtype():
     assert rel_err(direct, ref) <= 2e-2
 
 
-def test_opcheck():
-    """torch.library's own checks of the op: schema, fake kernel, autograd registration."""
+@pytest.mark.parametrize("taps", [None, 5], ids=["no-conv", "conv-5"])
+def test_opcheck(taps):
+    """torch.library's own checks of both ops: schema, fake kernels (shapes and strides: a compiled
+    backward once met a dw whose strides the fake kernel did not give), autograd registration."""
     device = _interpreted()
     q, k, v = _inputs(1, 2, 21, 16, 16, torch.float32, device)
     p = plan(right_pad_mask([17], 21), 1, 21, 8, "balanced", q.device)
-    w = torch.randn(2, 5, requires_grad=True)
-    torch.library.opcheck(
-        fused_attention_op, (q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6),
-        test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
-    )  # fmt: skip
+    w = None if taps is None else torch.randn(2, taps, requires_grad=True)
+    checks = ("test_schema", "test_faketensor", "test_autograd_registration")
+    torch.library.opcheck(fused_attention_op, (q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6), test_utils=checks)
+    saved = [t.detach() for t in fused_attention_op(q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6)]
+    grad = torch.randn_like(saved[0])
+    args = (grad, *(t.detach() for t in (q, k, v)), p.seg, p.counts, None if w is None else w.detach(), saved, 0.25)
+    torch.library.opcheck(fused_attention_backward_op, args, test_utils=("test_schema", "test_faketensor"))
 
 
 def test_compile_traces_the_op_without_graph_breaks():

@@ -208,7 +208,7 @@ def kernels():
             dql += tl.dot(ds.to(kt.dtype).to(DOT), tl.trans(kt).to(DOT), input_precision=PRECISION)
         tl.store(dqlp_ptr + ((bh * (S + 1) + split) * BM + rows[:, None]) * BD + dcols[None, :], dql)
         if CONV:
-            tl.store(dwp_ptr + (bh * S + split) * BK + taps, dw)
+            tl.store(dwp_ptr + (bh * S + split) * K + taps, dw, mask=taps < K)
 
     @triton.jit
     def query_landmarks(dq32_ptr, dql_ptr, seg_ptr, count_ptr, dq_ptr, sdqb, sdqh, sdqn, H, n, m, d, scale,
@@ -269,7 +269,7 @@ def backward(
     dvv = v.new_empty(b, n, h, dv).transpose(1, 2)
     conv = conv_weight is not None
     taps = conv_weight.shape[-1] if conv else 1
-    dw_parts = torch.empty(b, h, s, block(taps), **f32)
+    dw_parts = torch.empty(b, h, s, taps, **f32)
     launch(key_backward, (bh, s), saved.q_l, k, v, seg, counts, saved.lse_b, dbv, delta, dkl, dk, dvv,
            dql_parts, grad, conv_weight if conv else counts, dw_parts,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
@@ -283,5 +283,5 @@ def backward(
            dq.stride(2), h, n, m, d, scale, BN=bn, BM=bm, BD=bd)  # fmt: skip
     dw = dq32.new_empty(0)
     if conv:  # (h, K): the splits' and samples' parts, in the weight's dtype
-        dw = dw_parts.sum((0, 2))[:, :taps].to(conv_weight.dtype)
+        dw = dw_parts.sum((0, 2)).to(conv_weight.dtype)
     return dq, dk, dvv, dw
