@@ -20,7 +20,7 @@ from nystrom.layers.dense import dense_module
 from nystrom.layers.dropout import Dropout
 from nystrom.layers.projection import project_heads
 from nystrom.ops.conv import add_conv_skip
-from nystrom.ops.nystrom.landmarks import shared, shared_landmarks
+from nystrom.ops.nystrom.landmarks import padding, shared_landmarks
 from nystrom.utils.checks import (
     check_dtype_matches,
     check_mask,
@@ -166,9 +166,3 @@ class AttentionBase(nn.Module):
             f"dim={self.dim}, heads={self.heads}, dim_head={self.dim_head}, "
             f"conv_kernel_size={self.conv_kernel_size}{extra}"
         )
-
-
-def padding(mask: torch.Tensor) -> torch.Tensor:
-    """``~mask`` (b, n), True = padding; computed once per forward where the model shares its mask
-    (:func:`~nystrom.ops.nystrom.landmarks.shared_landmarks`): every layer zeroes its input and its V with it."""
-    return shared(mask, "padding", lambda: ~mask)

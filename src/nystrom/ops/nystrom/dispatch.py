@@ -24,7 +24,7 @@ import torch
 
 from nystrom.ops.conv import add_conv_skip, conv_taps
 from nystrom.ops.nystrom import accelerator, cpu, fused, traceable
-from nystrom.ops.nystrom.landmarks import shared
+from nystrom.ops.nystrom.landmarks import padding
 from nystrom.ops.nystrom.options import check_options
 from nystrom.utils.amp import autocast_off
 from nystrom.utils.checks import first_order_only, rejects_key_padding_mask, zero_padding
@@ -95,8 +95,8 @@ def nystrom_attention(
         return first_order_only(out, "nystrom_attention")
     # the conv skip reads padded v as 0: zeroed below unless padded_finite, then here for the conv alone
     conv_v = None
-    if conv_weight is not None and padded_finite and mask is not None:  # ~mask shared with the modules'
-        conv_v = v.masked_fill(shared(mask, "padding", lambda: ~mask)[:, None, :, None], 0)
+    if conv_weight is not None and padded_finite and mask is not None:
+        conv_v = v.masked_fill(padding(mask)[:, None, :, None], 0)
     q, k, v = zero_padding(mask, q, k, v, padded_finite=padded_finite)
     if not _eager():
         path = traceable

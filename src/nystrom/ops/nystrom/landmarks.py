@@ -79,6 +79,12 @@ def shared(mask: torch.Tensor | None, key: Hashable, compute: Callable[[], T]) -
     return block.memo[key]  # type: ignore[return-value]
 
 
+def padding(mask: torch.Tensor) -> torch.Tensor:
+    """``~mask`` (b, n), True = padding; computed once per forward where the model shares its mask
+    (:func:`shared_landmarks`): every layer zeroes its input and its V with it."""
+    return shared(mask, "padding", lambda: ~mask)
+
+
 SEGMENTS = ("balanced", "front_padded")
 
 

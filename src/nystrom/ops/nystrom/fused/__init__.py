@@ -80,8 +80,8 @@ def covers(
     if enabled is False:
         return False
     device = q.device.type
-    if device == "meta":
-        where = enabled is not False
+    if device == "meta":  # the op's fake kernel: what CUDA with Triton dispatches
+        where = True
     elif device == "cuda":  # Ampere or newer: the bfloat16 products and the tested sm_90 build
         where = TRITON_INSTALLED and _capability(q.device) >= MIN_CAPABILITY
     else:
