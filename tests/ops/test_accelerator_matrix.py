@@ -196,10 +196,16 @@ def compare(got: dict, want: dict, dtype: str) -> None:
 def test_accelerator_path_agrees_with_the_cpu_path(dtype, mode, masked, model, device, path):
     weights, amp = DTYPES[dtype]
     want = run_cell(make_case(model, masked, weights, "cpu"), mode, "cpu", amp)
-    before = LAUNCHES["query_pass"]
+    before = LAUNCHES.copy()
     with accelerator(device, path):
         got = run_cell(make_case(model, masked, weights, device), mode, device, amp)
-    assert (LAUNCHES["query_pass"] > before) == (path == "fused")  # the kernels ran, or did not
+    # every layer of every forward ran the kernels (none fell back to the PyTorch path), or none did
+    layers = 1 if model == "module" else 2
+    forwards = 1 if mode == "inference" else 2  # two training steps
+    fused = path == "fused"
+    ran = {name: LAUNCHES[name] - before[name] for name in ("query_pass", "query_backward")}
+    assert ran == {"query_pass": layers * forwards * fused,
+                   "query_backward": layers * forwards * fused * (mode != "inference")}  # fmt: skip
     compare(got, want, dtype)
 
 

@@ -10,6 +10,7 @@ the same dtype, forward and every gradient; padded tokens hold NaN where the tes
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 
 import pytest
@@ -23,10 +24,14 @@ from nystrom.ops.nystrom import fused
 from nystrom.ops.nystrom.fused import LAUNCHES, fused_kernels
 from nystrom.ops.nystrom.fused import backward as fused_backward
 from nystrom.ops.nystrom.fused import forward as fused_forward
+from nystrom.ops.nystrom.fused import launch as fused_launch
+from nystrom.ops.nystrom.fused import op as fused_op
+from nystrom.ops.nystrom.fused.launch import split_programs, tuned
 from nystrom.ops.nystrom.fused.op import fused_attention_backward_op, fused_attention_op
 from nystrom.ops.nystrom.fused.plan import plan
 from nystrom.ops.nystrom.landmarks import landmark_assignment
 from nystrom.ops.nystrom.naive import nystrom_attention_materialized
+from nystrom.utils import checks
 from nystrom_lab.bench.launches.count import counting, summary
 
 from oracle import rel_err, right_pad_mask
@@ -45,6 +50,15 @@ def _interpreted():
     return "cpu"
 
 
+@pytest.fixture(params=[pytest.param("cpu", id="interpreted"), pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)])
+def device(request) -> str:
+    """The kernels under Triton's interpreter on the CPU, and the same test on CUDA under the gpu marker
+    (a machine with CUDA runs only the latter)."""
+    if request.param == "cpu":
+        return _interpreted()
+    return request.param
+
+
 def _inputs(b, h, n, d, dv, dtype, device, *, nan_mask=None):
     q, k = (torch.randn(b, h, n, d, device=device).to(dtype) for _ in range(2))
     v = torch.randn(b, h, n, dv, device=device).to(dtype)
@@ -58,8 +72,12 @@ def _grads(out, inputs, weight):
     return torch.autograd.grad((out.float() * weight).sum(), inputs)
 
 
-def _check_against_oracle(device, dtype, b, h, n, d, dv, m, lengths, segments, nan_padding, taps=None):
-    mask = None if lengths is None else right_pad_mask(lengths, n).to(device)
+def _check_against_oracle(device, dtype, b, h, n, d, dv, m, lengths, segments, nan_padding, taps=None, *,
+                          mask=None):  # fmt: skip
+    """Forward and every gradient against the float64 oracle; ``lengths`` (right padding) or ``mask``."""
+    if mask is None:
+        mask = None if lengths is None else right_pad_mask(lengths, n)
+    mask = None if mask is None else mask.to(device)
     q, k, v = _inputs(b, h, n, d, dv, dtype, device, nan_mask=mask if nan_padding else None)
     conv = None if taps is None else (torch.randn(h, 1, taps, 1, device=device) / taps).requires_grad_()
     options = dict(num_landmarks=m, mask=mask, segments=segments)
@@ -101,31 +119,35 @@ CASES = [  # b, h, n, d, dv, m, lengths, segments, conv taps
 
 
 @pytest.mark.parametrize("b, h, n, d, dv, m, lengths, segments, taps", CASES)
-def test_fused_equals_the_oracle(b, h, n, d, dv, m, lengths, segments, taps):
-    _check_against_oracle(_interpreted(), torch.float32, b, h, n, d, dv, m, lengths, segments, False, taps)
+def test_fused_equals_the_oracle(b, h, n, d, dv, m, lengths, segments, taps, device):
+    _check_against_oracle(device, torch.float32, b, h, n, d, dv, m, lengths, segments, False, taps)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_fused_half_precision_equals_the_oracle(dtype):
-    _check_against_oracle(_interpreted(), dtype, 2, 2, 37, 16, 16, 8, [37, 25], "balanced", False, 5)
+def test_fused_half_precision_equals_the_oracle(dtype, device):
+    _check_against_oracle(device, dtype, 2, 2, 37, 16, 16, 8, [37, 25], "balanced", False, 5)
 
 
-def test_nan_in_padded_positions_changes_nothing():
-    _check_against_oracle(_interpreted(), torch.float32, 2, 2, 37, 16, 16, 8, [37, 21], "balanced", True, 7)
+def test_nan_in_padded_positions_changes_nothing(device):
+    _check_against_oracle(device, torch.float32, 2, 2, 37, 16, 16, 8, [37, 21], "balanced", True, 7)
 
 
-def test_any_mask_not_only_right_padding():
-    device = _interpreted()
-    b, h, n, d, m = 2, 2, 33, 16, 8
-    mask = torch.rand(b, n) > 0.4
-    mask[:, 0] = True
-    q, k, v = _inputs(b, h, n, d, d, torch.float32, device, nan_mask=mask)
-    with fused_kernels(True):
-        out = nystrom_attention(q, k, v, num_landmarks=m, mask=mask)
-    clean = [t.detach().double().nan_to_num(0.0) for t in (q, k, v)]
-    ref = nystrom_attention_materialized(*clean, num_landmarks=m, mask=mask)
-    w = mask[:, None, :, None]
-    assert rel_err(out.double() * w, ref * w) <= 2e-5
+def _masks(kind: str, b: int, n: int) -> torch.Tensor:
+    if kind == "holes":
+        mask = torch.rand(b, n, generator=torch.Generator().manual_seed(3)) > 0.4
+        mask[:, 0] = True
+        return mask
+    if kind == "left-padded":
+        return right_pad_mask([n, n - 9], n).flip(-1)
+    return right_pad_mask([5, 3], n)  # fewer real tokens than m
+
+
+@pytest.mark.parametrize("kind", ["holes", "left-padded", "fewer-real-than-m"])
+@pytest.mark.parametrize("segments", ["balanced", "front_padded"])
+def test_any_mask_not_only_right_padding(kind, segments, device):
+    """Outputs and every gradient (the conv's too) under any mask, NaN in the padded positions."""
+    mask = _masks(kind, 2, 33)
+    _check_against_oracle(device, torch.float32, 2, 2, 33, 16, 16, 8, None, segments, True, 5, mask=mask)
 
 
 def test_fused_equals_the_pytorch_path_with_a_loss_over_every_row():
@@ -148,32 +170,39 @@ def test_fused_equals_the_pytorch_path_with_a_loss_over_every_row():
 
 @pytest.mark.parametrize("taps", [None, 65], ids=["no-conv", "conv-65"])
 def test_launches_per_call(taps, monkeypatch):
-    """≤ 6 kernels forward and ≤ 16 forward and backward: five Triton launches forward, four and one ATen
-    sum backward (two with the conv skip). Counted inside the op's two kernels on meta tensors, the
-    launches recorded instead of run (the mask's plan is computed once per forward for all layers)."""
-    launched: list[str] = []
-    for module in (fused_forward, fused_backward):
-        monkeypatch.setattr(module, "launch", lambda kernel, grid, *a, **k: launched.append(kernel.__name__))
-    q, k, v = (torch.empty(2, 8, 4096, 64, device="meta") for _ in range(3))
-    w = None if taps is None else torch.empty(8, taps, device="meta")
-    p = plan(right_pad_mask([4096, 3000], 4096).to("meta"), 2, 4096, 64, "balanced", q.device)
-    with counting() as forward_count:  # the ATen ops that launch work (views and allocations do not)
-        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.counts, w, 0.125, 6)
-    forward, launched[:] = list(launched), []
-    with counting() as backward_count:
-        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.counts, w, saved, 0.125)
-    assert forward == ["landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass"]
-    assert launched == ["query_backward", "landmark_backward", "key_backward", "query_landmarks"]
-    forward_ops, backward_ops = summary(forward_count), summary(backward_count)
+    """Exactly five Triton launches forward and no ATen op; four launches and one ATen sum backward (two
+    with the conv skip): 10 (11) per forward and backward. Counted in the op's real Python on meta
+    tensors, launches recorded instead of run, and no host sync (the mask's plan is computed once per
+    forward for all layers, outside)."""
+    forward, backward, forward_ops, backward_ops = _recorded_launches(
+        monkeypatch, 2, 8, 4096, taps=taps, mask=right_pad_mask([4096, 3000], 4096).to("meta")
+    )
+    assert [name for name, _ in forward] == ["landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass"]
+    assert [name for name, _ in backward] == ["query_backward", "landmark_backward", "key_backward", "query_landmarks"]
     assert forward_ops["by_op"] == {}
     assert backward_ops["by_op"] == {"sum": 1 if taps is None else 2}
-    assert len(forward) + forward_ops["ops"] <= 6
-    assert len(forward) + len(launched) + forward_ops["ops"] + backward_ops["ops"] <= 16
+    assert len(forward) + len(backward) + backward_ops["ops"] == (10 if taps is None else 11)
+    assert forward_ops["host_syncs"] == backward_ops["host_syncs"] == 0
 
 
-def test_a_loss_whose_gradient_is_expanded_ones():
+def test_a_call_without_a_mask_dispatches_one_op_each_way():
+    """``nystrom_attention`` on meta (what CUDA dispatches), bf16, 4K, no mask: the plan is a function of
+    the shape, computed on the first call and kept, so every later call is the op alone: 1 ATen op
+    forward; backward the op and the three copies that lay the gradients out as the leaves are."""
+    q, k, v = (torch.empty(1, 8, 4096, 64, device="meta", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    nystrom_attention(q, k, v, num_landmarks=64)  # the first call computes the plan
+    with counting() as forward_count:
+        out = nystrom_attention(q, k, v, num_landmarks=64)
+    with counting() as backward_count:
+        out.backward(torch.empty_like(out))
+    forward_ops, backward_ops = summary(forward_count), summary(backward_count)
+    assert forward_ops["by_op"] == {"fused_attention": 1}
+    assert backward_ops["by_op"] == {"fused_attention_backward": 1, "copy_": 3}
+    assert forward_ops["host_syncs"] == backward_ops["host_syncs"] == 0
+
+
+def test_a_loss_whose_gradient_is_expanded_ones(device):
     """``out.sum()`` hands the backward a stride-0 gradient (regression: the kernels read it as rows)."""
-    device = _interpreted()
     q, k, v = _inputs(1, 2, 37, 16, 16, torch.float32, device)
     grads = []
     for enabled in (True, False):
@@ -245,13 +274,12 @@ def test_autocast_runs_in_the_autocast_dtype():
 
 
 @pytest.mark.parametrize("taps", [None, 5], ids=["no-conv", "conv-5"])
-def test_opcheck(taps):
+def test_opcheck(taps, device):
     """torch.library's own checks of both ops: schema, fake kernels (shapes and strides: a compiled
     backward once met a dw whose strides the fake kernel did not give), autograd registration."""
-    device = _interpreted()
     q, k, v = _inputs(1, 2, 21, 16, 16, torch.float32, device)
-    p = plan(right_pad_mask([17], 21), 1, 21, 8, "balanced", q.device)
-    w = None if taps is None else torch.randn(2, taps, requires_grad=True)
+    p = plan(right_pad_mask([17], 21).to(device), 1, 21, 8, "balanced", q.device)
+    w = None if taps is None else torch.randn(2, taps, device=device, requires_grad=True)
     checks = ("test_schema", "test_faketensor", "test_autograd_registration")
     torch.library.opcheck(fused_attention_op, (q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6), test_utils=checks)
     saved = [t.detach() for t in fused_attention_op(q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6)]
@@ -361,3 +389,195 @@ def test_cuda_calls_take_the_kernels_from_ampere_on(capability, runs, monkeypatc
     q = SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16, shape=(1, 8, 4096, 64))
     v = SimpleNamespace(shape=(1, 8, 4096, 64))
     assert fused.covers(q, v, num_landmarks=64, pinv="iterative", pinv_init="per_matrix") is runs
+
+
+# --- what an interpreter on one multiprocessor would not show ------------------------------------------
+
+
+SPLIT_CASES = [  # b, h, n, programs per call, mask kind (real tokens in every split), conv taps
+    pytest.param(1, 2, 100, 6, "holes", 5, id="3-splits-holes-conv"),
+    pytest.param(2, 1, 112, 14, "nan-right-padded", None, id="7-splits-nan-padding"),
+    pytest.param(1, 1, 75, 5, None, 65, id="5-splits-conv-65"),
+]
+
+
+@pytest.mark.parametrize("b, h, n, programs, kind, taps", SPLIT_CASES)
+def test_several_splits_equal_the_oracle(b, h, n, programs, kind, taps, monkeypatch, device):
+    """The passes over n cut into 3-7 splits, as a GPU's multiprocessor count cuts them: the key pass's
+    combine of the splits and the backward's split sums, forward and every gradient (16-token blocks)."""
+    grids: dict[str, tuple] = {}
+    for module in (fused_forward, fused_backward):
+        real_launch = module.launch
+
+        def recording(kernel, grid, *a, _real=real_launch, **k):
+            grids[kernel.__name__] = grid
+            return _real(kernel, grid, *a, **k)
+
+        monkeypatch.setattr(module, "launch", recording)
+    mask = None
+    if kind == "holes":
+        mask = torch.arange(n)[None, :] % 7 != 3  # holes in every split
+    elif kind is not None:
+        mask = right_pad_mask([n, n - 20], n)
+    blocks = {name: {"BN": 16} for name in ("key_pass", "query_pass", "query_backward")}
+    with split_programs(programs), tuned(blocks):
+        _check_against_oracle(device, torch.float32, b, h, n, 16, 16, 8, None, "balanced",
+                              kind == "nan-right-padded", taps, mask=mask)  # fmt: skip
+    splits = grids["key_pass"][1]
+    assert 3 <= splits <= 7 and splits == -(-programs // (b * h))
+    assert grids["query_backward"] == grids["key_backward"] == (b * h, splits)
+    assert grids["query_pass"] == grids["query_landmarks"] == (b * h * -(-n // 16),)
+
+
+@pytest.mark.parametrize("segments", ["balanced", "front_padded"])
+def test_a_sample_with_no_real_token_gives_zero_rows_and_finite_gradients(segments, monkeypatch, device):
+    """With the host's value checks off (as on a GPU, where they would stall it), a sample that is all
+    padding gives rows of 0 and gradients of 0 under every segments rule, and changes no other sample."""
+    monkeypatch.setattr(checks, "value_checks_enabled", lambda t: False)
+    n = 37
+    mask = torch.zeros(2, n, dtype=torch.bool, device=device)
+    mask[0, :30] = True
+    q, k, v = _inputs(2, 2, n, 16, 16, torch.float32, device, nan_mask=mask)
+    conv = (torch.randn(2, 1, 5, 1, device=device) / 5).requires_grad_()
+    with fused_kernels(True):
+        out = nystrom_attention(q, k, v, num_landmarks=8, mask=mask, segments=segments, conv_weight=conv)
+        alone = nystrom_attention(*(t[:1] for t in (q, k, v)), num_landmarks=8, mask=mask[:1],
+                                  segments=segments, conv_weight=conv)  # fmt: skip
+    assert torch.isfinite(out).all() and out[1].abs().max() == 0
+    assert rel_err(out[:1] * mask[:1, None, :, None], alone * mask[:1, None, :, None]) <= 1e-6
+    weight = torch.randn(out.shape, device=device) * mask[:, None, :, None]
+    grads = _grads(out, (q, k, v, conv), weight)
+    for name, g in zip("qkvw", grads):
+        assert torch.isfinite(g).all(), name
+    for g in grads[:3]:
+        assert g[1].abs().max() == 0
+
+
+def _recorded_launches(monkeypatch, b, h, n, taps=None, mask=None):
+    """The kernels, grids and ATen op counts of one forward and backward on meta tensors, launches recorded
+    instead of run (the op's real Python: the wrapper, plan, allocations, launch arguments)."""
+    launched: list[tuple[str, tuple]] = []
+    for module in (fused_forward, fused_backward):
+        monkeypatch.setattr(module, "launch", lambda kernel, grid, *a, **k: launched.append((kernel.__name__, grid)))
+    q, k, v = (torch.empty(b, h, n, 64, device="meta") for _ in range(3))
+    w = None if taps is None else torch.empty(h, taps, device="meta")
+    p = plan(mask, b, n, 64, "balanced", q.device)
+    with counting() as forward_count:  # the ATen ops that launch work (views and allocations do not)
+        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.counts, w, 0.125, 6)
+    forward, launched[:] = list(launched), []
+    with counting() as backward_count:
+        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.counts, w, saved, 0.125)
+    return forward, list(launched), summary(forward_count), summary(backward_count)
+
+
+def test_no_launch_grid_passes_cudas_limits(monkeypatch):
+    """n = 5 000 000: the token blocks (78 125 a head) share grid axis 0 with the heads (2³¹ − 1 programs);
+    axes 1 and 2 (65 535 at most) hold only the splits."""
+    b, h, n = 2, 8, 5_000_000
+    forward, backward, _, _ = _recorded_launches(monkeypatch, b, h, n)
+    for name, grid in forward + backward:
+        assert grid[0] <= 2**31 - 1 and all(axis <= 65_535 for axis in grid[1:]), (name, grid)
+    grids = dict(forward + backward)
+    assert grids["query_pass"] == grids["query_landmarks"] == (b * h * 78_125,)
+
+
+def test_nystrom_fused_0_in_the_environment_turns_the_kernels_off(monkeypatch):
+    """``NYSTROM_FUSED=0``: read when the op is first asked, no code change; a fused_kernels() block still
+    decides inside it; a value other than 0/1 raises instead of silently keeping the kernels on."""
+    q = v = torch.empty(1, 2, 64, 16, device="meta")
+    options = dict(num_landmarks=8, pinv="iterative", pinv_init="per_matrix")
+    monkeypatch.delitem(fused._state, "environment", raising=False)
+    monkeypatch.setenv("NYSTROM_FUSED", "0")
+    assert not fused.covers(q, v, **options)
+    monkeypatch.setenv("NYSTROM_FUSED", "1")  # read once: the first answer stands
+    assert not fused.covers(q, v, **options)
+    monkeypatch.delitem(fused._state, "environment")
+    assert fused.covers(q, v, **options)
+    monkeypatch.delitem(fused._state, "environment")
+    monkeypatch.setenv("NYSTROM_FUSED", "off")
+    with pytest.raises(ValueError, match="NYSTROM_FUSED must be 0"):
+        fused.covers(q, v, **options)
+    monkeypatch.delitem(fused._state, "environment", raising=False)
+
+
+def test_a_failed_launch_says_how_to_turn_the_kernels_off():
+    class Kernel:
+        __name__ = "query_pass"
+
+        def __getitem__(self, grid):
+            def run(*args, **meta):
+                raise MemoryError("out of resources: shared memory, required: 200000, hardware limit: 101376")
+
+            return run
+
+    with pytest.raises(RuntimeError, match="query_pass failed .*NYSTROM_FUSED=0.*fused_kernels\\(False\\)"):
+        fused_launch.launch(Kernel(), (1,))
+
+
+def test_tuning_overrides_and_split_targets_are_checked():
+    with pytest.raises(ValueError, match="not a kernel"):
+        with tuned({"landmark_pinv": {"BN": 32}}):  # a per-head kernel has no token block
+            pass
+    with pytest.raises(ValueError, match="not a kernel"):
+        with tuned({"query_pas": {"num_warps": 8}}):
+            pass
+    with pytest.raises(ValueError, match="positive int"):
+        with split_programs(0):
+            pass
+    with tuned({"query_pass": {"BN": 32, "num_warps": 8}}):
+        assert fused_launch.token_block("query_pass") == 32 and fused_launch.token_block("key_pass") == 64
+    assert fused_launch.token_block("query_pass") == 64
+
+
+def test_inputs_on_two_devices_raise_naming_both():
+    with pytest.raises(ValueError, match="q is on cpu but k is on meta"):
+        fused_launch.check_devices(q=torch.empty(1), k=torch.empty(1, device="meta"), v=None)
+    assert fused_launch.check_devices(q=torch.empty(1), k=None, v=torch.empty(2)) == torch.device("cpu")
+
+
+def test_cuda_launches_run_with_the_inputs_device_current(monkeypatch):
+    """Triton launches on the current CUDA device and stream: the op makes q's device current around its
+    launches, forward and backward (the two-GPU case itself runs under the gpu marker)."""
+    entered = []
+
+    @contextlib.contextmanager
+    def device(where):
+        entered.append(where)
+        yield
+
+    monkeypatch.setattr(torch.cuda, "device", device)
+    with fused_launch.on_device(torch.device("cuda", 1)):
+        pass
+    with fused_launch.on_device(torch.device("cpu")):  # nothing to make current
+        pass
+    assert entered == [torch.device("cuda", 1)]
+    seen = []
+    real = fused_op.on_device
+
+    def spy(where):
+        seen.append(where)
+        return real(where)
+
+    monkeypatch.setattr(fused_op, "on_device", spy)
+    device_name = _interpreted()
+    q, k, v = _inputs(1, 2, 21, 16, 16, torch.float32, device_name)
+    with fused_kernels(True):
+        nystrom_attention(q, k, v, num_landmarks=8).sum().backward()
+    assert seen == [q.device, q.device]
+
+
+@pytest.mark.gpu
+def test_cuda_inputs_on_the_second_gpu_with_the_first_current():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    torch.cuda.set_device(0)
+    q, k, v = (torch.randn(2, 4, 1000, 64, device="cuda:1", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))  # fmt: skip
+    out = nystrom_attention(q, k, v, num_landmarks=64)
+    grads = torch.autograd.grad(out.float().square().sum(), (q, k, v))
+    with torch.cuda.device(1):
+        ref = nystrom_attention(q, k, v, num_landmarks=64)
+        want = torch.autograd.grad(ref.float().square().sum(), (q, k, v))
+    assert torch.equal(out, ref)
+    for g, r in zip(grads, want):
+        assert torch.equal(g, r)

@@ -39,6 +39,20 @@ MIN_CAPABILITY = (8, 0)
 
 _state: dict[str, bool | None] = {"enabled": None}  # None: on where they run (CUDA with Triton, meta)
 
+#: the environment switch that needs no code change: ``NYSTROM_FUSED=0`` runs the PyTorch paths everywhere
+ENVIRONMENT = "NYSTROM_FUSED"
+
+
+def _environment() -> bool | None:
+    """``NYSTROM_FUSED``, read when the op is first asked and kept: ``0`` turns the kernels off, ``1`` or
+    unset leaves them on where they run; anything else raises (a typo must not silently keep them on)."""
+    if "environment" not in _state:
+        value = os.environ.get(ENVIRONMENT, "").strip()
+        if value not in ("", "0", "1"):
+            raise ValueError(f"{ENVIRONMENT} must be 0 (fused kernels off) or 1 (on where they run), got {value!r}")
+        _state["environment"] = False if value == "0" else None
+    return _state["environment"]
+
 
 @contextlib.contextmanager
 def fused_kernels(enabled: bool) -> Iterator[None]:
@@ -75,8 +89,11 @@ def covers(
 ) -> bool:
     """Whether this call runs the fused kernels: the device (above), float16/bfloat16/float32, the
     paper's iterative pinv with per-matrix Z₀, m ≤ :data:`MAX_LANDMARKS`, head dims ≤ :data:`MAX_HEAD_DIM`.
-    Anything else runs the PyTorch paths (the same function)."""
+    Anything else runs the PyTorch paths (the same function), and so does every call inside
+    ``fused_kernels(False)`` or in a process started with ``NYSTROM_FUSED=0``."""
     enabled = _state["enabled"]
+    if enabled is None:  # no fused_kernels() block: the environment decides
+        enabled = _environment()
     if enabled is False:
         return False
     device = q.device.type

@@ -26,7 +26,7 @@ import functools
 import torch
 
 from nystrom.ops.nystrom.fused.forward import Forward
-from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits, warps
+from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits, token_block, warps
 
 
 @functools.cache
@@ -56,7 +56,7 @@ def kernels():
         lo = split * per_split
         hi = tl.minimum(lo + per_split, n)
         for p0 in range(lo, hi, BN):
-            pos = p0 + tl.arange(0, BN)
+            pos = (p0 + tl.arange(0, BN)).to(tl.int64)  # pos · stride may pass 2³¹
             inside = pos < hi
             real = tl.load(seg_ptr + b * n + pos, mask=inside, other=m) < m
             q = tl.load(q_ptr + b * sqb + h * sqh + pos[:, None] * sqn + dcols[None, :],
@@ -172,7 +172,7 @@ def kernels():
         lo = split * per_split
         hi = tl.minimum(lo + per_split, n)
         for p0 in range(lo, hi, BN):
-            pos = p0 + tl.arange(0, BN)
+            pos = (p0 + tl.arange(0, BN)).to(tl.int64)  # pos · stride may pass 2³¹
             inside = pos < hi
             seg = tl.load(seg_ptr + b * n + pos, mask=inside, other=m)
             real = seg < m
@@ -213,9 +213,11 @@ def kernels():
     @triton.jit
     def query_landmarks(dq32_ptr, dql_ptr, seg_ptr, count_ptr, dq_ptr, sdqb, sdqh, sdqn, H, n, m, d, scale,
                         BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):  # fmt: skip
-        bh = tl.program_id(0).to(tl.int64)
+        blocks = tl.cdiv(n, BN)  # one program per (b, h, token block) on grid axis 0: no 65 535 limit
+        pid = tl.program_id(0).to(tl.int64)
+        bh = pid // blocks
         b, h = bh // H, bh % H
-        pos = tl.program_id(1) * BN + tl.arange(0, BN)
+        pos = (pid % blocks) * BN + tl.arange(0, BN)
         dcols = tl.arange(0, BD)
         inside = pos < n
         seg = tl.load(seg_ptr + b * n + pos, mask=inside, other=m)
@@ -249,7 +251,8 @@ def backward(
     dv, m, bh = v.shape[-1], counts.shape[-1], b * h
     iterations = saved.iterates.shape[1]
     query_backward, landmark_backward, key_backward, query_landmarks = kernels()
-    bm, bd, bdv, bn = block(m), block(d), block(dv), 64
+    bm, bd, bdv = block(m), block(d), block(dv)
+    bn = token_block("query_backward")  # key_backward and query_landmarks share it (and the splits)
     f32 = dict(dtype=torch.float32, device=q.device)
     dots = dot_options(q.dtype)
     per_split, s = splits(n, bh, bn, q.device)
@@ -279,7 +282,7 @@ def backward(
            num_warps=warps("key_backward", bm, q.dtype))  # fmt: skip
     dql = dql_parts.sum(1)  # (BH, BM, BD): the key splits' and A's parts of dq̃
     dq = q.new_empty(b, n, h, d).transpose(1, 2)
-    launch(query_landmarks, (bh, -(-n // bn)), dq32, dql, seg, counts, dq, dq.stride(0), dq.stride(1),
+    launch(query_landmarks, (bh * -(-n // bn),), dq32, dql, seg, counts, dq, dq.stride(0), dq.stride(1),
            dq.stride(2), h, n, m, d, scale, BN=bn, BM=bm, BD=bd)  # fmt: skip
     dw = dq32.new_empty(0)
     if conv:  # (h, K): the splits' and samples' parts, in the weight's dtype

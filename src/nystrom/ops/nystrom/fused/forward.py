@@ -29,7 +29,15 @@ from typing import NamedTuple
 
 import torch
 
-from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits, warps
+from nystrom.ops.nystrom.fused.launch import (
+    TOKEN_BLOCK,
+    block,
+    dot_options,
+    launch,
+    splits,
+    token_block,
+    warps,
+)
 
 
 class Forward(NamedTuple):
@@ -66,7 +74,7 @@ def kernels():
         acc_q = tl.zeros([BD], dtype=tl.float32)
         acc_k = tl.zeros([BD], dtype=tl.float32)
         for p0 in range(start, end, BN):
-            pos = p0 + tl.arange(0, BN)
+            pos = (p0 + tl.arange(0, BN)).to(tl.int64)  # pos · stride may pass 2³¹
             seg = tl.load(seg_ptr + b * n + pos, mask=pos < end, other=-1)
             take = (seg == j)[:, None] & (cols[None, :] < d)  # (BN, BD): padding inside the range skipped
             x = tl.load(q_ptr + b * sqb + h * sqh + pos[:, None] * sqn + cols[None, :], mask=take, other=0.0)
@@ -133,7 +141,7 @@ def kernels():
         lo = split * per_split
         hi = tl.minimum(lo + per_split, n)
         for p0 in range(lo, hi, BN):
-            pos = p0 + tl.arange(0, BN)
+            pos = (p0 + tl.arange(0, BN)).to(tl.int64)  # pos · stride may pass 2³¹
             real = tl.load(seg_ptr + b * n + pos, mask=pos < hi, other=m) < m  # (BN,)
             kt = tl.load(k_ptr + b * skb + h * skh + pos[None, :] * skn + dcols[:, None],
                          mask=real[None, :] & (dcols[:, None] < d), other=0.0)  # (BD, BN)  # fmt: skip
@@ -176,7 +184,8 @@ def kernels():
         bv = acc / tl.where(total > 0, total, 1.0)[:, None]  # (BM, BDV) B·V
         tile = (rows[:, None] < m) & (vcols[None, :] < dv)
         tl.store(bv_ptr + bh * m * dv + rows[:, None] * dv + vcols[None, :], bv, mask=tile)
-        tl.store(lse_ptr + bh * m + rows, peak + tl.log(total), mask=rows < m)
+        has = total > 0  # no real key in the sample: a finite 0 (no key reads it), not −inf
+        tl.store(lse_ptr + bh * m + rows, tl.where(has, peak + tl.log(tl.where(has, total, 1.0)), 0.0), mask=rows < m)
         inside = (rows[:, None] < m) & (rows[None, :] < m)
         z = tl.load(z_ptr + bh * m * m + rows[:, None] * m + rows[None, :], mask=inside, other=0.0)
         u = tl.dot(z, bv, input_precision="ieee")  # (BM, BDV) A⁺·(B·V)
@@ -188,9 +197,11 @@ def kernels():
                    sqb, sqh, sqn, svb, svh, svn, sob, soh, son, H, n, m, d, dv, K, scale,
                    BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                    CONV: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-        bh = tl.program_id(0).to(tl.int64)
+        blocks = tl.cdiv(n, BN)  # one program per (b, h, token block) on grid axis 0: no 65 535 limit
+        pid = tl.program_id(0).to(tl.int64)
+        bh = pid // blocks  # the blocks of one head are neighbours: k̃ and U stay in L2
         b, h = bh // H, bh % H
-        pos = tl.program_id(1) * BN + tl.arange(0, BN)
+        pos = (pid % blocks) * BN + tl.arange(0, BN)
         rows = tl.arange(0, BM)
         dcols = tl.arange(0, BD)
         vcols = tl.arange(0, BDV)
@@ -203,12 +214,14 @@ def kernels():
         valid = tl.load(count_ptr + b * m + rows, mask=rows < m, other=0) > 0
         s = tl.dot(q.to(DOT), klt.to(q.dtype).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
         s = tl.where(valid[None, :], s, float("-inf"))
-        peak = tl.max(s, axis=1)
-        p = tl.exp(s - peak[:, None])
+        peak = tl.max(s, axis=1)  # −inf in a sample with no real token (front_padded: no landmark holds one)
+        safe = tl.where(peak == float("-inf"), 0.0, peak)
+        p = tl.exp(s - safe[:, None])  # all 0 in such a sample
         total = tl.sum(p, axis=1)
         u = tl.load(u_ptr + bh * m * dv + rows[:, None] * dv + vcols[None, :],
                     mask=(rows[:, None] < m) & (vcols[None, :] < dv), other=0.0)  # (BM, BDV)  # fmt: skip
-        o = tl.dot(p.to(u.dtype).to(DOT), u.to(DOT), input_precision=PRECISION) / total[:, None]
+        o = tl.dot(p.to(u.dtype).to(DOT), u.to(DOT), input_precision=PRECISION)
+        o = o / tl.where(total > 0, total, 1.0)[:, None]  # a row with no landmark: 0, not 0/0
         if CONV:  # + Σ_t w[h, t] · v[pos + t − K//2]: the skip, padded and outside rows read as 0
             for t in range(K):
                 src = pos + t - K // 2
@@ -219,7 +232,8 @@ def kernels():
                 o += tl.load(w_ptr + h * K + t).to(tl.float32) * vs.to(tl.float32)
         tl.store(o_ptr + b * sob + h * soh + pos[:, None] * son + vcols[None, :], o.to(o_ptr.dtype.element_ty),
                  mask=inside[:, None] & (vcols[None, :] < dv))  # fmt: skip
-        tl.store(lse_ptr + bh * n + pos, peak + tl.log(total), mask=inside)
+        has = total > 0  # a finite 0 where no landmark was attended (the backward's P_F is 0 there)
+        tl.store(lse_ptr + bh * n + pos, tl.where(has, safe + tl.log(tl.where(has, total, 1.0)), 0.0), mask=inside)
 
     return landmarks, landmark_pinv, key_pass, key_combine, query_pass
 
@@ -253,28 +267,29 @@ def forward(
     b, h, n, d = q.shape
     dv, m, bh = v.shape[-1], counts.shape[-1], b * h
     landmarks, landmark_pinv, key_pass, key_combine, query_pass = kernels()
-    bm, bd, bdv, bn = block(m), block(d), block(dv), 64
+    bm, bd, bdv, bn = block(m), block(d), block(dv), TOKEN_BLOCK
+    bk, bq = token_block("key_pass"), token_block("query_pass")  # the passes' token blocks (tunable)
     res = outputs(q, v, m, iterations)
     launch(landmarks, (bh, m), q, k, seg, bounds, counts, res.q_l, res.k_l,
            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
            h, n, m, d, scale, BN=bn, BD=bd)  # fmt: skip
     launch(landmark_pinv, (bh,), res.q_l, res.k_l, counts, res.a, res.z, res.iterates, h, m, d, iterations,
            BM=bm, BD=bd, num_warps=warps("landmark_pinv", bm))  # fmt: skip
-    per_split, s = splits(n, bh, bn, q.device)
+    per_split, s = splits(n, bh, bk, q.device)
     acc = torch.empty(bh, s, bm, bdv, dtype=torch.float32, device=q.device)
     stat = torch.empty(bh, s, 2, bm, dtype=torch.float32, device=q.device)
     dots = dot_options(q.dtype)
     launch(key_pass, (bh, s), res.q_l, k, v, seg, acc, stat,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
-           h, n, m, d, dv, per_split, s, BM=bm, BN=bn, BD=bd, BDV=bdv, **dots,
+           h, n, m, d, dv, per_split, s, BM=bm, BN=bk, BD=bd, BDV=bdv, **dots,
            num_warps=warps("key_pass", bm, q.dtype))  # fmt: skip
     launch(key_combine, (bh,), acc, stat, res.z, res.bv, res.lse_b, res.u, m, dv, s, BM=bm, BDV=bdv,
            num_warps=warps("key_combine", bm))  # fmt: skip
     conv = conv_weight is not None
     out = res.out
-    launch(query_pass, (bh, -(-n // bn)), q, res.k_l, res.u, counts, seg, v,
+    launch(query_pass, (bh * -(-n // bq),), q, res.k_l, res.u, counts, seg, v,
            conv_weight if conv else counts, out, res.lse_f,
            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
            out.stride(0), out.stride(1), out.stride(2), h, n, m, d, dv, conv_weight.shape[-1] if conv else 1, scale,
-           BN=bn, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots, num_warps=warps("query_pass", bm, q.dtype))  # fmt: skip
+           BN=bq, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots, num_warps=warps("query_pass", bm, q.dtype))  # fmt: skip
     return res

@@ -1,15 +1,19 @@
-"""Tile sizes, split counts and the one launch helper of the fused kernels.
+"""Tile sizes, split counts, the device guard and the one launch helper of the fused kernels.
 
 Legend: n tokens, BH programs rows (b·h), BN token block.
 
-Every Triton launch goes through :func:`launch`, which counts it: the tests hold the launches per call to
-the issue's budget (≤ 6 kernels forward, ≤ 16 forward and backward, ATen ops included).
+Every Triton launch goes through :func:`launch`, which counts it (the tests hold the launches per call
+exact: five forward, four backward) and applies :func:`tuned` overrides. Every launch runs inside
+:func:`on_device`: Triton launches on the *current* CUDA device and its current stream, so the op makes
+the inputs' device current first (flash-linear-attention's ``input_guard``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+from collections.abc import Iterator, Mapping
 
 import torch
 
@@ -18,6 +22,10 @@ LAUNCHES: collections.Counter[str] = collections.Counter()
 
 #: programs per (b, h) row the split passes aim at, times the device's multiprocessors
 _WAVES = 2
+#: the token block of the passes over n (a ``tuned`` override may change it per pass)
+TOKEN_BLOCK = 64
+
+_settings: dict[str, object] = {"programs": None, "tuned": {}}
 
 
 def block(size: int) -> int:
@@ -40,11 +48,30 @@ def dot_options(dtype: torch.dtype) -> dict[str, object]:
     return {"DOT": {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[dtype], "PRECISION": "tf32"}
 
 
+@contextlib.contextmanager
+def split_programs(programs: int) -> Iterator[None]:
+    """Within the block the passes that cut n aim at ``programs`` programs per call instead of
+    ``_WAVES`` × the device's multiprocessors: forces several splits on a CPU (where the interpreter
+    sees one multiprocessor), so the tests run the multi-program paths (the key pass's combine, the
+    backward's split sums) that a GPU runs."""
+    if not isinstance(programs, int) or programs < 1:
+        raise ValueError(f"programs must be a positive int, got {programs!r}")
+    before = _settings["programs"]
+    _settings["programs"] = programs
+    try:
+        yield
+    finally:
+        _settings["programs"] = before
+
+
 def splits(n: int, bh: int, bn: int, device: torch.device) -> tuple[int, int]:
     """(tokens per split, splits) for the passes that cut n: enough programs for ``_WAVES`` waves over
-    the device's multiprocessors, each split a whole number of ``bn`` blocks."""
-    units = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    want = max(1, -(-_WAVES * units // bh))  # splits per (b, h)
+    the device's multiprocessors (or :func:`split_programs`'), each split a whole number of ``bn`` blocks."""
+    programs = _settings["programs"]
+    if programs is None:
+        units = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+        programs = _WAVES * units
+    want = max(1, -(-programs // bh))  # splits per (b, h)
     blocks = -(-n // bn)
     per_split = -(-blocks // min(want, blocks)) * bn
     return per_split, -(-n // per_split)
@@ -69,7 +96,72 @@ def warps(kernel: str, bm: int, dtype: torch.dtype | None = None) -> int:
     return _WARPS.get(kernel, 4)
 
 
+@contextlib.contextmanager
+def tuned(configs: Mapping[str, Mapping[str, int]]) -> Iterator[None]:
+    """Within the block, launches of the named kernels take these ``num_warps`` / ``num_stages`` (and,
+    for ``key_pass``, ``query_pass`` and ``query_backward``, ``BN``: the token block of that pass; the
+    backward's ``key_backward`` shares ``query_backward``'s splits): what the GPU script's sweep tries.
+    Unknown kernels or keys raise."""
+    known = {"landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass", "query_backward",
+             "landmark_backward", "key_backward", "query_landmarks"}  # fmt: skip
+    for name, config in configs.items():
+        keys = {"num_warps", "num_stages"} | ({"BN"} if name in ("key_pass", "query_pass", "query_backward") else set())
+        if name not in known or not set(config) <= keys:
+            raise ValueError(f"tuned: {name!r} {dict(config)} is not a kernel of {sorted(known)} with keys {sorted(keys)}")
+    before = _settings["tuned"]
+    _settings["tuned"] = {**before, **{k: dict(v) for k, v in configs.items()}}
+    try:
+        yield
+    finally:
+        _settings["tuned"] = before
+
+
+def token_block(kernel: str) -> int:
+    """The token block ``BN`` of the pass that ``kernel`` launches (:data:`TOKEN_BLOCK` unless tuned)."""
+    return int(_settings["tuned"].get(kernel, {}).get("BN", TOKEN_BLOCK))
+
+
+def check_devices(**tensors: torch.Tensor | None) -> torch.device:
+    """The one device of the given tensors (None skipped); two devices raise, naming both."""
+    device = None
+    first = ""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if device is None:
+            device, first = t.device, name
+        elif t.device != device:
+            raise ValueError(
+                f"nystrom fused attention: {first} is on {device} but {name} is on {t.device}; move every"
+                " input to one device (e.g. tensor.to(q.device))"
+            )
+    assert device is not None, "check_devices needs a tensor"
+    return device
+
+
+@contextlib.contextmanager
+def on_device(device: torch.device) -> Iterator[None]:
+    """Makes ``device`` the current CUDA device for the block: Triton launches on the current device and
+    its current stream, not on the tensors' (a ``cuda:1`` tensor while ``cuda:0`` is current would be read
+    from the wrong GPU, or fault). Nothing to do on other devices."""
+    if device.type != "cuda":
+        yield
+        return
+    with torch.cuda.device(device):
+        yield
+
+
 def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
-    """``kernel[grid](*args, **meta)``, counted in :data:`LAUNCHES`."""
-    LAUNCHES[kernel.__name__] += 1
-    kernel[grid](*args, **meta)
+    """``kernel[grid](*args, **meta)``, counted in :data:`LAUNCHES`, with :func:`tuned`'s warps/stages."""
+    name = kernel.__name__
+    LAUNCHES[name] += 1
+    override = {k: v for k, v in _settings["tuned"].get(name, {}).items() if k != "BN"}
+    try:
+        kernel[grid](*args, **{**meta, **override})
+    except Exception as error:  # compile errors, OutOfResources, CUDA faults: say how to get going again
+        raise RuntimeError(
+            f"the fused Nyström kernel {name} failed ({type(error).__name__}: {error}). Run the PyTorch path"
+            " instead with NYSTROM_FUSED=0 in the environment, or in code with"
+            " `with nystrom.ops.nystrom.fused.fused_kernels(False):`, and please report it with your GPU,"
+            " dtype and shapes (docs/fused_kernels.md)"
+        ) from error

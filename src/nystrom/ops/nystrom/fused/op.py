@@ -19,6 +19,7 @@ import torch
 
 from nystrom.ops.nystrom.fused import backward as _backward
 from nystrom.ops.nystrom.fused import forward as _forward
+from nystrom.ops.nystrom.fused.launch import check_devices, on_device
 from nystrom.utils.amp import autocast_off
 
 
@@ -35,8 +36,10 @@ def fused_attention_op(
     iterations: int,
 ) -> list[torch.Tensor]:
     """[out (b, h, n, dv), then the backward's tensors] (see :class:`~.forward.Forward`); ``conv_weight``
-    (h, K) or None."""
-    return list(_forward.forward(q, k, v, seg, bounds, counts, conv_weight, scale, iterations))
+    (h, K) or None. The kernels run on q's device and its current stream, whichever device is current."""
+    device = check_devices(q=q, k=k, v=v, mask=seg, conv_weight=conv_weight)
+    with on_device(device):
+        return list(_forward.forward(q, k, v, seg, bounds, counts, conv_weight, scale, iterations))
 
 
 @fused_attention_op.register_fake
@@ -57,8 +60,10 @@ def fused_attention_backward_op(
     scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv and the conv weight's gradient (h, K) (empty without one) for the gradient ``grad``
-    (b, h, n, dv) of the output; ``saved`` is the forward's list."""
-    return _backward.backward(grad, q, k, v, seg, counts, conv_weight, _forward.Forward(*saved), scale)
+    (b, h, n, dv) of the output; ``saved`` is the forward's list. Runs on q's device, as the forward."""
+    device = check_devices(q=q, grad=grad, k=k, v=v, mask=seg, conv_weight=conv_weight)
+    with on_device(device):
+        return _backward.backward(grad, q, k, v, seg, counts, conv_weight, _forward.Forward(*saved), scale)
 
 
 @fused_attention_backward_op.register_fake

@@ -66,6 +66,30 @@ def _compute(mask: torch.Tensor | None, b: int, n: int, m: int, segments: str, d
     return Plan(*(t.contiguous() for t in plan))  # the kernels index rows: (b, ·) with real strides
 
 
+#: the plans of unmasked calls, a function of the shape alone: computed once per (b, n, m, segments,
+#: device) and kept (on a GPU each of their ~9 ops is a launch, on every call otherwise), newest last
+_UNMASKED: dict[tuple, Plan] = {}
+_UNMASKED_KEPT = 32
+
+
+def _unmasked(b: int, n: int, m: int, segments: str, device: torch.device) -> Plan:
+    key = (b, n, m, segments, device)
+    found = _UNMASKED.pop(key, None)
+    if found is None:
+        with torch.inference_mode(False):  # normal tensors: a later training call can save them
+            found = _compute(None, b, n, m, segments, device)
+        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if capturing:  # computed inside a CUDA graph's capture: its values exist only in replays
+            return found
+        while len(_UNMASKED) >= _UNMASKED_KEPT:
+            _UNMASKED.pop(next(iter(_UNMASKED)))
+    _UNMASKED[key] = found  # most recently used last
+    return found
+
+
 def plan(mask: torch.Tensor | None, b: int, n: int, m: int, segments: str, device: torch.device) -> Plan:
-    """The :class:`Plan` for ``mask`` (b, n) or no mask, shared within a ``shared_landmarks`` block."""
+    """The :class:`Plan` for ``mask`` (b, n): once per ``shared_landmarks`` block for that mask (a model's
+    forward opens one: once for all layers); for no mask, once per shape for the process."""
+    if mask is None and not torch.compiler.is_compiling():  # traced: the compiler folds it
+        return _unmasked(b, n, m, segments, device)
     return shared(mask, ("fused", b, n, m, segments, device), lambda: _compute(mask, b, n, m, segments, device))
