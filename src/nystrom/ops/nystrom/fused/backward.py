@@ -26,7 +26,7 @@ import functools
 import torch
 
 from nystrom.ops.nystrom.fused.forward import Forward
-from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, splits, token_block, warps
+from nystrom.ops.nystrom.fused.launch import block, dot_options, launch, scratch, splits, token_block, warps
 
 
 @functools.cache
@@ -253,26 +253,24 @@ def backward(
     query_backward, landmark_backward, key_backward, query_landmarks = kernels()
     bm, bd, bdv = block(m), block(d), block(dv)
     bn = token_block("query_backward")  # key_backward and query_landmarks share it (and the splits)
-    f32 = dict(dtype=torch.float32, device=q.device)
     dots = dot_options(q.dtype)
     per_split, s = splits(n, bh, bn, q.device)
     grad = grad if grad.stride(-1) == 1 else grad.contiguous()  # e.g. a sum's expanded ones: stride 0
-    dq32 = torch.empty(bh, n, d, **f32)
-    du, dkl_parts = torch.empty(bh, s, bm, bdv, **f32), torch.empty(bh, s, bm, bd, **f32)
+    conv = conv_weight is not None
+    taps = conv_weight.shape[-1] if conv else 1
+    dq32, du, dkl_parts, dbv, delta, dkl, dql_parts, dw_parts = scratch(
+        q.device, (bh, n, d), (bh, s, bm, bdv), (bh, s, bm, bd), (bh, bm, bdv), (bh, bm), (bh, bm, bd),
+        (bh, s + 1, bm, bd), (b, h, s, taps),
+    )  # fmt: skip
     launch(query_backward, (bh, s), q, saved.k_l, saved.u, counts, seg, grad, saved.lse_f,
            dq32, du, dkl_parts, q.stride(0), q.stride(1), q.stride(2), grad.stride(0), grad.stride(1),
            grad.stride(2), h, n, m, d, dv, scale, per_split, s, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots,
            num_warps=warps("query_backward", bm, q.dtype))  # fmt: skip
-    dbv, delta = torch.empty(bh, bm, bdv, **f32), torch.empty(bh, bm, **f32)
-    dkl, dql_parts = torch.empty(bh, bm, bd, **f32), torch.empty(bh, s + 1, bm, bd, **f32)
     launch(landmark_backward, (bh,), saved.q_l, saved.k_l, counts, saved.a, saved.z, saved.iterates,
            saved.bv, du, dkl_parts, dbv, delta, dkl, dql_parts, h, m, d, dv, iterations, s,
            BM=bm, BD=bd, BDV=bdv, num_warps=warps("landmark_backward", bm))  # fmt: skip
     dk = k.new_empty(b, n, h, d).transpose(1, 2)  # (b, h, n, d) head views of token-major memory
     dvv = v.new_empty(b, n, h, dv).transpose(1, 2)
-    conv = conv_weight is not None
-    taps = conv_weight.shape[-1] if conv else 1
-    dw_parts = torch.empty(b, h, s, taps, **f32)
     launch(key_backward, (bh, s), saved.q_l, k, v, seg, counts, saved.lse_b, dbv, delta, dkl, dk, dvv,
            dql_parts, grad, conv_weight if conv else counts, dw_parts,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),

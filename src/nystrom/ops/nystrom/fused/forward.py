@@ -34,6 +34,7 @@ from nystrom.ops.nystrom.fused.launch import (
     block,
     dot_options,
     launch,
+    scratch,
     splits,
     token_block,
     warps,
@@ -276,8 +277,7 @@ def forward(
     launch(landmark_pinv, (bh,), res.q_l, res.k_l, counts, res.a, res.z, res.iterates, h, m, d, iterations,
            BM=bm, BD=bd, num_warps=warps("landmark_pinv", bm))  # fmt: skip
     per_split, s = splits(n, bh, bk, q.device)
-    acc = torch.empty(bh, s, bm, bdv, dtype=torch.float32, device=q.device)
-    stat = torch.empty(bh, s, 2, bm, dtype=torch.float32, device=q.device)
+    acc, stat = scratch(q.device, (bh, s, bm, bdv), (bh, s, 2, bm))  # the splits' partial B·V and stats
     dots = dot_options(q.dtype)
     launch(key_pass, (bh, s), res.q_l, k, v, seg, acc, stat,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),

@@ -121,6 +121,23 @@ def token_block(kernel: str) -> int:
     return int(_settings["tuned"].get(kernel, {}).get("BN", TOKEN_BLOCK))
 
 
+#: float32 elements each scratch tensor of :func:`scratch` starts at a multiple of (256 bytes: Triton
+#: specialises pointers on 16-byte alignment, and a misaligned one would compile another variant)
+_ALIGN = 64
+
+
+def scratch(device: torch.device, *shapes: tuple[int, ...]) -> list[torch.Tensor]:
+    """Contiguous float32 tensors of ``shapes`` carved from ONE allocation (each allocation is host time
+    on every call; a backward needs eight scratch tensors)."""
+    sizes = [int(torch.Size(shape).numel()) for shape in shapes]
+    starts, total = [], 0
+    for size in sizes:
+        starts.append(total)
+        total += -(-size // _ALIGN) * _ALIGN
+    flat = torch.empty(total, dtype=torch.float32, device=device)
+    return [flat[start : start + size].view(shape) for start, size, shape in zip(starts, sizes, shapes)]
+
+
 def check_devices(**tensors: torch.Tensor | None) -> torch.device:
     """The one device of the given tensors (None skipped); two devices raise, naming both."""
     device = None
