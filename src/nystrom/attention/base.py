@@ -3,7 +3,7 @@
 Legend: b batch, n tokens, h heads, d head dim, e model dim (``dim``).
 
 A variant subclasses :class:`AttentionBase` and implements :meth:`AttentionBase.core`, which maps
-per-head ``q, k, v`` of shape ``(b, h, n, d)`` to ``(b, h, n, d)``. The base owns the fused q/k/v
+per-head ``q, k, v`` of shape ``(b, h, n, d)`` to ``(b, h, n, d)``. The base owns the joint q/k/v
 projection, the output projection, dropout and input validation, so every variant is constructed as
 ``cls(dim, *, heads, dim_head, <variant options>)`` and called as ``forward(x, mask=None)`` with ``mask`` True = real token.
 """

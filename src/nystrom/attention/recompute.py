@@ -2,7 +2,7 @@
 
 Legend: b batch, n tokens, e model dim, h heads, d head dim, g heads per group, U = one (b, n, e) tensor.
 
-Why: a training step of an attention layer keeps its fused q/k/v projection (3 U) from the forward to the
+Why: a training step of an attention layer keeps its joint q/k/v projection (3 U) from the forward to the
 backward, and the backward holds their three gradients (3 U) beside it, so a module's peak training
 memory is ≈ 7 U however lean its core is. Every head of q/k/v is a function of ``x`` and that head's
 rows of the projection only, and (for the variants that allow it) every head's core is independent of
@@ -158,7 +158,7 @@ def recompute_attention(
 ) -> torch.Tensor:
     """``F.linear(attend(q, k, v, mask, conv_weight), w_out, b_out)`` (b, n, e) keeping only ``x``.
 
-    ``x`` (b, n, e); ``w_qkv`` (3·h·d, e) and ``b_qkv`` (3·h·d,) in the fused (3, h, d) row layout;
+    ``x`` (b, n, e); ``w_qkv`` (3·h·d, e) and ``b_qkv`` (3·h·d,) in the joint (3, h, d) row layout;
     ``conv_weight`` (h, 1, K, 1) or None; ``w_out`` (e, h·d). ``attend`` must treat heads independently
     and deterministically (it runs on groups of heads, twice). Eager only: raises under
     ``torch.compile``, whose partitioner makes its own recomputation choices.

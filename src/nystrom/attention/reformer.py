@@ -15,7 +15,7 @@ from nystrom.utils.checks import check_positive_int
 class ReformerAttention(AttentionBase):
     """Shared-QK LSH self-attention with ``n_hashes`` rounds and chunks of ``bucket_size`` tokens.
 
-    Reformer ties keys to queries: the k block of the fused projection is computed by the base but
+    Reformer ties keys to queries: the k block of the joint q/k/v projection is computed by the base but
     *not used* (its weights get zero gradient); keys are the normalised queries. The number of buckets
     follows the input, u = ``lsh_num_buckets(n, bucket_size)``, so the random rotations (r, d, u/2) are
     drawn per call: from ``seed`` (the same hashing on every call: deterministic, reproducible) or,

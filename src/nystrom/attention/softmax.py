@@ -11,7 +11,7 @@ from nystrom.utils.checks import check_positive_int, check_scale
 
 
 class SoftmaxAttention(AttentionBase):
-    """Multi-head exact softmax self-attention (fused SDPA): ``x (b, n, dim) -> (b, n, dim)``.
+    """Multi-head exact softmax self-attention (SDPA): ``x (b, n, dim) -> (b, n, dim)``.
 
     ``conv_kernel_size`` adds the Nyströmformer's depthwise conv skip on V; HF Nystromformer checkpoints run
     exactly this (softmax + conv) when their config sets num_landmarks == segment_means_seq_len.

@@ -4,7 +4,7 @@ Legend: e hidden size, h heads, k conv kernel, p positions, m landmarks.
 
 HF layout: ``[nystromformer.]embeddings.{word,position,token_type}_embeddings`` with a position table of
 p + 2 rows (ids start at 2; we keep the rows, ``config.position_offset = 2``),
-``encoder.layer.{i}.attention.self.{query,key,value}`` (our fused ``qkv`` = their rows concatenated in that
+``encoder.layer.{i}.attention.self.{query,key,value}`` (our joint ``qkv`` = their rows concatenated in that
 order), ``attention.self.conv.weight`` (h, 1, k, 1), post-LN BERT blocks, and per head class the MLM head
 ``cls.predictions.*`` (decoder tied to the word embeddings), ``classifier.dense/out_proj`` (sequence),
 ``classifier`` (token), ``qa_outputs`` (QA), ``pre_classifier`` + ``classifier`` (multiple choice). The

@@ -3,7 +3,7 @@
 Legend: e hidden size, h heads, d head dim, p position rows.
 
 Our keys map to HF's by regular-expression rules (``BASE_RULES`` for the encoder, ``HEAD_RULES`` for
-the heads); kind ``"qkv"`` joins HF's separate query/key/value into our fused ``qkv`` (rows in that
+the heads); kind ``"qkv"`` joins HF's separate query/key/value into our joint ``qkv`` (rows in that
 order), ``"tied"`` is the MLM decoder tied to the word embeddings, ``"conv"`` is the attention's depthwise conv (absent from BERT). Used by :mod:`nystrom.convert.interop_hf`
 (both directions) and :mod:`nystrom.convert.interop_bert` (import). :func:`check_source_config` checks a
 source ``config.json`` against its tensors before any model is allocated.

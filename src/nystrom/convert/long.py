@@ -138,7 +138,7 @@ def to_long(
     """A long (``max_position_embeddings`` = N) masked-LM of ours from a pretrained short model.
 
     ``source``: a folder of BERT, RoBERTa, XLM-R, CamemBERT, transformers' Nystromformer or ours, with or
-    without an MLM head, or a model of ours. ``attention``: ``"softmax"`` (exact, fused SDPA), ``"nystrom"``
+    without an MLM head, or a model of ours. ``attention``: ``"softmax"`` (exact, SDPA), ``"nystrom"``
     or ``{"name": "nystrom", "num_landmarks": m, "conv_kernel_size": k, ...}``, or a list of one spec per
     layer; default :func:`long_attention` for BERT-family sources (a window in the lower half of the layers,
     Nyström above), the source's own otherwise.

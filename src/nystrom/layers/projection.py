@@ -1,4 +1,4 @@
-"""The fused q/k/v projection split into heads, with a backward that needs no fused gradient.
+"""The joint q/k/v projection split into heads, with a backward that needs no joint gradient.
 
 Legend: b batch, n tokens, e model dim, h heads, d head dim, k rows of one weight slice (g·d or h·d).
 
@@ -18,7 +18,7 @@ from nystrom.utils.device import accelerator_path
 def split_heads(
     qkv: torch.Tensor, heads: int, dim_head: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(b, n, 3·h·d) fused projection -> q, k, v views (b, h, n, d) (the ``(3, h, d)`` column layout).
+    """(b, n, 3·h·d) joint q/k/v projection -> q, k, v views (b, h, n, d) (the ``(3, h, d)`` column layout).
     The traced path of :func:`project_heads`; eagerly that one's backward avoids autograd's copies."""
     return qkv.unflatten(-1, (3, heads, dim_head)).permute(2, 0, 3, 1, 4).unbind(0)
 
@@ -26,7 +26,7 @@ def split_heads(
 def project_heads(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, heads: int, dim_head: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The fused q/k/v projection ``F.linear(x, weight, bias)`` split into head views q, k, v (b, h, n, d).
+    """The joint q/k/v projection ``F.linear(x, weight, bias)`` split into head views q, k, v (b, h, n, d).
 
     x (b, n, e); weight (3·h·d, e) in the ``(3, h, d)`` row layout. Same values and gradients as
     ``split_heads(F.linear(x, weight, bias), h, d)``; eagerly the backward multiplies each of ∂q, ∂k, ∂v
@@ -57,7 +57,7 @@ def fold_linear_grad(
     grad ∂t (b·n, k); x (b·n, e); weight (k, e), the slice's rows, in grad's dtype. Returns ∂x summed
     over the slices so far (``dx + ∂t · W``; ``dx`` None starts the sum; None when ``need_x`` is False).
     Writes ∂W = ∂tᵀ · x into ``dw`` (k, e) and ∂b = Σₙ ∂t into ``db`` (k,) where those are given.
-    Shared by the fused projection's backward and ``recompute=True``'s, which fold q, k and v (and there
+    Shared by the joint projection's backward and ``recompute=True``'s, which fold q, k and v (and there
     group by group) into one ∂x without ever forming the (b·n, 3·k) gradient.
     """
     if need_x:

@@ -132,7 +132,7 @@ class FeedForward(nn.Module):
             y = feed_forward(x, self.dense_in.weight, self.dense_in.bias, self.dense_out.weight, self.dense_out.bias,
                              activation=self.act)  # fmt: skip
             return self.dropout(y)  # (b, n, e)
-        # inference: act fused into the GEMM (layers/dense.py); elsewhere F.linear, then act
+        # inference: act applied inside the GEMM (a oneDNN post-op) (layers/dense.py); elsewhere F.linear, then act
         hidden = self.inner_dropout(dense_module(self.dense_in, x, activation_name=self.act))  # (b, n, f)
         return self.dropout(dense_module(self.dense_out, hidden))  # (b, n, e)
 

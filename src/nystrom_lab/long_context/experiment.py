@@ -10,7 +10,7 @@ tokens per step, steps, learning rate, masks and seed:
   held-out documents cut into consecutive 512-token windows (what a 512-token user gets today);
 - ``nystrom-4096``: converted to 4096 positions (rows copied), Nyström m = 64 with a zero-initialised
   conv skip, trained on 4096-token pieces;
-- ``softmax-4096``: converted to 4096 positions, exact softmax (fused SDPA): the quality ceiling.
+- ``softmax-4096``: converted to 4096 positions, exact softmax (SDPA): the quality ceiling.
 
 Every variant is scored on the same dev tokens with the same masks, overall and per position bucket of
 the 4096-token layout ([0, 512), [512, 1024), [1024, 2048), [2048, 4096)). Each variant trains in its own

@@ -9,8 +9,8 @@ n = 4096) the launches, not the FLOPs, set the time. Per call:
 * landmarks: one GEMM each for q̃ and k̃ with the averaging matrix W (b, m, n) of
   :func:`~nystrom.ops.nystrom.landmarks.averaging_weights` (any mask), the score scale folded into q̃'s W;
 * A = softmax(q̃ k̃ᵀ s): one GEMM and a softmax (+ a fill and a select where landmarks can be empty);
-* A⁺: the fused ``nystrom::iterative_pinv`` op;
-* B·V and F·(A⁺BV): two fused SDPA calls with additive masks, and one GEMM between them.
+* A⁺: the ``nystrom::iterative_pinv`` op (one launch forward);
+* B·V and F·(A⁺BV): two SDPA calls with additive masks, and one GEMM between them.
 
 Everything derived from the mask alone (W, the additive masks, the empty-landmark blocks) is computed once
 per forward for all layers (:func:`~nystrom.ops.nystrom.landmarks.shared_landmarks`).
@@ -30,7 +30,7 @@ def _landmarks(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``w`` (b, m, n) times the rows of ``x`` (b, h, n, d) -> (b, h, m, d) in w's dtype, a head view of
     a (b, m, h, d) result.
 
-    The (b, n, h·d) rows are a view for head views of a fused (b, n, 3, h, d) projection (the modules'
+    The (b, n, h·d) rows are a view for head views of a joint (b, n, 3, h, d) projection (the modules'
     q, k, v): one GEMM for every head. The result stays token-major: SDPA takes it as it is, and the
     batched (b·h) product of the scores views it without a copy when b = 1 (and copies it otherwise)."""
     b, h, n, d = x.shape

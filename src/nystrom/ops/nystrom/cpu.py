@@ -5,7 +5,7 @@ Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim.
 
 B·V is flash attention of the m landmark queries over the n keys (``long_key_attention``), and F·(A⁺BV)
 a chunked attention of the n queries over the m landmarks (``short_key_attention``); below their
-``*_MIN_N`` thresholds both run through the fused SDPA instead.
+``*_MIN_N`` thresholds both run through PyTorch's SDPA instead.
 """
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ chunk from the saved log-sum-exp.
 Work items are (sample, range of rows) for the short-key kernel and (sample, range of keys) for the
 long-key kernel (split-K, merged by their log-sum-exp), forward and backward. Each item runs on one
 thread (see ``utils/parallel.py``) and steps through its range in cache-sized chunks with all heads batched,
-reads q/k/v through their strides (head views of a fused projection need no copy) and writes results
+reads q/k/v through their strides (head views of a joint q/k/v projection need no copy) and writes results
 into heads-interleaved buffers, so no (n, m) or (m, n) matrix is ever alive, forward or backward.
 Masked keys get probability exactly 0 via ``masked_fill`` (so any finite garbage at padding is inert).
 Scores are in base 2 and exponentiated without a row max when every row sum stays in [2⁻⁶⁴, 2⁶⁴]
 (softmax is shift-invariant); otherwise the chunk (short-key) or the call (long-key) is redone with it.
 On other devices, and below ``*_MIN_N`` tokens on CPU (``TRAIN_MIN_N`` when autograd records a
-gradient), the same maths runs through the fused ``scaled_dot_product_attention`` (flash attention:
+gradient), the same maths runs through PyTorch's ``scaled_dot_product_attention`` (flash attention:
 O(n) memory too, and faster for short sequences and in training).
 
 The recomputing backward passes are in ``cpu_kernels_backward.py``; the tunables above (``CHUNK_*``,
@@ -40,15 +40,15 @@ LOG2E = 1.4426950408889634  # log2(e): exp(x) = exp2(x·log2 e)
 CHUNK_ROWS = 1024  # query rows per step in short_key_attention, all heads at once (h·c·m floats)
 CHUNK_KEYS = 1024  # keys per step in long_key_attention, all heads at once (h·c·(m + 2d) floats)
 SPLITS: int | None = None  # row/key ranges per sample (one work item each); None = enough for every thread
-# Below these lengths the fused SDPA kernel (also O(n) memory: flash attention on CPU) is faster than the
+# Below these lengths PyTorch's SDPA kernel (also O(n) memory: flash attention on CPU) is faster than the
 # chunk loops; measured on the 2-core VM, b·h = 8: level at 16384, SDPA 25 vs 37 ms for the core at 8192.
 SHORT_MIN_N = 16384
 LONG_MIN_N = 16384
 # With a gradient to record, the switch moves up: SDPA's flash backward beats ours by more than our
 # forward beats its forward. Module fwd+bwd (e = 512, h = 8, m = 64, 2-core AMD EPYC, interleaved A/B in
-# one run), fused vs SDPA ms: n = 8192 356/314, 16384 781/690, 24576 1175/1069, 32768 1480/1437,
+# one run), chunked vs SDPA ms: n = 8192 356/314, 16384 781/690, 24576 1175/1069, 32768 1480/1437,
 # 65536 2905/2829, 131072 6435/6409 (level; same peak memory); TransMIL (m = 256, conv 33) 6000 536/477,
-# 20000 1576/1548. Above this length training takes the fused kernels and their recomputing backward.
+# 20000 1576/1548. Above this length training takes the chunked kernels and their recomputing backward.
 TRAIN_MIN_N = 131072
 UNSHIFTED_MIN, UNSHIFTED_MAX = 2.0**-64, 2.0**64  # row sums for which unshifted exp2 is safe (_probs2)
 
@@ -56,7 +56,7 @@ UNSHIFTED_MIN, UNSHIFTED_MAX = 2.0**-64, 2.0**64  # row sums for which unshifted
 def _softmax2_(s: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     """In-place softmax over the last dim of base-2 scores (..., m); ``valid`` (m,) masks keys.
 
-    Base 2 (exp2 of log2(e)-scaled scores) instead of the fused ``torch.softmax``: on this CPU exp2 runs
+    Base 2 (exp2 of log2(e)-scaled scores) instead of ``torch.softmax``: on this CPU exp2 runs
     3.7x faster than exp, and the four passes stay in cache; the short-key kernel measured 106 → 92 ms
     at n = 65536 (median of 12, same process).
     """
@@ -144,7 +144,7 @@ def _long_forward(
     Split-K over key ranges, all heads of a key chunk at once (flash-decoding): one item streams a
     token-major slab of k and v (every head of the same rows, not one head's 1/h of each row), with one
     batched op per step instead of one per head (measured 86 → 78 ms at n = 65536 on head views of a
-    fused projection). Each range keeps its own running max/sum; merged below. ``shifted=False`` skips
+    joint q/k/v projection). Each range keeps its own running max/sum; merged below. ``shifted=False`` skips
     the running max (exp2 of the raw scores, see ``_probs2``); the caller checks the sums.
     """
     b, h, m, _ = qs.shape
@@ -218,8 +218,8 @@ def _row_unit_stride(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _fused(n: int, min_n: int, *tensors: torch.Tensor) -> bool:
-    """Whether a CPU call of ``n`` tokens takes the fused kernels (see ``SHORT_MIN_N``, ``TRAIN_MIN_N``)."""
+def _chunked(n: int, min_n: int, *tensors: torch.Tensor) -> bool:
+    """Whether a CPU call of ``n`` tokens takes the chunked kernels (see ``SHORT_MIN_N``, ``TRAIN_MIN_N``)."""
     training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     return n >= (TRAIN_MIN_N if training else min_n)
 
@@ -238,7 +238,7 @@ def short_key_attention(
     Returns:
         (b, h, n, dv); on CPU a view of a contiguous (b, n, h, dv) buffer.
     """
-    if q.device.type != "cpu" or not _fused(q.shape[2], SHORT_MIN_N, q, k, v):
+    if q.device.type != "cpu" or not _chunked(q.shape[2], SHORT_MIN_N, q, k, v):
         mask = None if valid is None else valid[:, None, None, :]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if q.dtype in _HALF:  # CPU: accumulate softmax sums in float32; the result returns in q's dtype
@@ -260,7 +260,7 @@ def long_key_attention(
     Returns:
         (b, h, m, dv).
     """
-    if q.device.type != "cpu" or not _fused(k.shape[2], LONG_MIN_N, q, k, v):
+    if q.device.type != "cpu" or not _chunked(k.shape[2], LONG_MIN_N, q, k, v):
         mask = None if key_mask is None else key_mask[:, None, None, :]
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     if q.dtype in _HALF:  # CPU: the online softmax's running sums need float32

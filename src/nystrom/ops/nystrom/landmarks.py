@@ -139,7 +139,7 @@ def _segment_means(
         ("rows", b, n, m, segments, acc_dtype, x.device),
         lambda: _row_plan(mask, b, n, m, x.device, segments, acc_dtype),
     )
-    # Rows of (b·n, h·d) are contiguous runs for both (b, h, n, d) tensors and head views of a fused
+    # Rows of (b·n, h·d) are contiguous runs for both (b, h, n, d) tensors and head views of a joint
     # (b, n, 3, h, d) projection, so this reshape is usually a view and index_add_ streams whole rows.
     rows = x.permute(0, 2, 1, 3).reshape(b * n, h * d).to(acc_dtype)  # (b·n, h·d)
     sums = rows.new_zeros(b * (m + 1), h * d).index_add_(0, index, rows)  # (b·(m+1), h·d)

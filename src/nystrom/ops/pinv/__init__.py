@@ -1,5 +1,5 @@
 """The Moore–Penrose pseudo-inverse of the landmark kernel A: ``naive`` (the reference iterations), ``op``
-(the fused ``nystrom::iterative_pinv`` custom op with its backward and autocast rule), ``triton`` (its CUDA
+(the ``nystrom::iterative_pinv`` custom op with its backward and autocast rule), ``triton`` (its CUDA
 forward) and ``dispatch`` (the entry points, and the one choice between them)."""
 
 from nystrom.ops.pinv.dispatch import PINV_INITS, exact_pinv, iterative_pinv

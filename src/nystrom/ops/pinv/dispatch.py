@@ -3,7 +3,7 @@
 Legend: b batch, h heads, m landmarks.
 
 :func:`iterative_pinv` (Razavi et al. 2014, the paper's method; the formula is in :mod:`.naive`) runs the
-plain reference iterations on the CPU path and the fused ``nystrom::iterative_pinv`` op (:mod:`.op`: one
+plain reference iterations on the CPU path and the ``nystrom::iterative_pinv`` op (:mod:`.op`: one
 Triton launch on CUDA, a written-out backward) on the accelerator path. ``init="per_matrix"`` scales Z₀ by
 each matrix's own norms; ``init="original"`` takes the batch-wide maxima of the public codes (parity only).
 """

@@ -7,7 +7,7 @@ As used by the paper: Z ← ¼ Z (13I − AZ (15I − AZ (7I − AZ))), Z₀ = A
 batch-mates. ``per_matrix=False`` reproduces the official/HF/lucidrains code, which takes the maxima over
 the whole batch and all heads; it exists for parity tests only.
 
-This is the op's one reference: the CPU path calls it directly, the fused op (:mod:`nystrom.ops.pinv.op`)
+This is the op's one reference: the CPU path calls it directly, the op (:mod:`nystrom.ops.pinv.op`)
 runs the same iterations (recording the iterates for its backward) and the tests compare every other
 implementation with it. It computes in ``a``'s dtype; the entry point promotes half precision first.
 """

@@ -7,13 +7,13 @@ iterations are 24 (m, m) GEMMs and ~20 element-wise steps that would otherwise b
 Products run in IEEE float32 (``input_precision="ieee"``): TF32's 10-bit mantissa would spoil the
 13/15/7 polynomial. Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞) per matrix (``init="per_matrix"``).
 
-Triton is optional and imported on first use only; the kernel is built then too, so
+The kernel is :func:`nystrom.ops.pinv.triton_steps.pinv_kernel`, written with the iteration the fused
+Nyström kernels share. Triton is optional: that module imports it and is imported on first use only, so
 ``TRITON_INTERPRET=1`` (Triton's CPU interpreter, used by the tests) takes effect when set before.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 
 import torch
@@ -25,37 +25,6 @@ MAX_M = 128
 def available() -> bool:
     """Whether Triton is importable."""
     return importlib.util.find_spec("triton") is not None
-
-
-@functools.cache
-def _kernel():
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def pinv_kernel(a_ptr, z_ptr, it_ptr, m, iterations, BLOCK: tl.constexpr):
-        pid = tl.program_id(0).to(tl.int64)
-        rows = tl.arange(0, BLOCK)[:, None]
-        cols = tl.arange(0, BLOCK)[None, :]
-        inside = (rows < m) & (cols < m)
-        base = pid * m * m
-        a = tl.load(a_ptr + base + rows * m + cols, mask=inside, other=0.0)  # (M, M), zero outside m
-        absa = tl.abs(a)
-        norm_1 = tl.max(tl.sum(absa, axis=0), axis=0)  # max column sum
-        norm_inf = tl.max(tl.sum(absa, axis=1), axis=0)  # max row sum
-        z = tl.trans(a) / (norm_1 * norm_inf)
-        eye = tl.where((rows == cols) & inside, 1.0, 0.0)  # zero outside m: the padding stays zero
-        it_base = it_ptr + pid * iterations * m * m
-        for k in range(iterations):
-            tl.store(it_base + k * m * m + rows * m + cols, z, mask=inside)  # Z_k, for the backward
-            az = tl.dot(a, z, input_precision="ieee")
-            t = 7.0 * eye - az
-            t = 15.0 * eye - tl.dot(az, t, input_precision="ieee")
-            t = 13.0 * eye - tl.dot(az, t, input_precision="ieee")
-            z = tl.dot(0.25 * z, t, input_precision="ieee")
-        tl.store(z_ptr + base + rows * m + cols, z, mask=inside)
-
-    return pinv_kernel
 
 
 def supports(a: torch.Tensor) -> bool:
@@ -76,5 +45,8 @@ def triton_pinv(a: torch.Tensor, iterations: int, iterates: torch.Tensor) -> tor
     batch = a.numel() // (m * m)
     if batch:
         block = max(16, 1 << (m - 1).bit_length())
-        _kernel()[(batch,)](a, z, iterates, m, iterations, BLOCK=block, num_warps=4 if block < 64 else 8)
+        from nystrom.ops.pinv.triton_steps import pinv_kernel  # imports Triton: on first use only
+
+        pinv_kernel[(batch,)](a, z, iterates, m, iterations, BLOCK=block, DOT="ieee",
+                              num_warps=4 if block < 64 else 8)  # fmt: skip
     return z

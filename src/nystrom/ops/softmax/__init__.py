@@ -1,4 +1,4 @@
-"""Exact softmax attention: ``sdpa`` (full attention through the fused SDPA kernel) and ``block_diagonal``
+"""Exact softmax attention: ``sdpa`` (full attention through PyTorch's SDPA kernel) and ``block_diagonal``
 (every token attends to its own block of w tokens only). Neither has a device branch: SDPA picks its
 kernel itself."""
 

@@ -1,4 +1,4 @@
-"""Exact softmax attention through PyTorch's fused ``scaled_dot_product_attention``.
+"""Exact softmax attention through PyTorch's ``scaled_dot_product_attention``.
 
 Legend: b batch, h heads, n queries, n_k keys, d head dim, dv value dim.
 
@@ -42,7 +42,7 @@ def softmax_attention(
     scale: float | None = None,
     padded_finite: bool = False,
 ) -> torch.Tensor:
-    """Exact softmax attention (fused SDPA): q, k (b, h, n, d), v (b, h, n, dv) -> (b, h, n, dv).
+    """Exact softmax attention (SDPA): q, k (b, h, n, d), v (b, h, n, dv) -> (b, h, n, dv).
 
     ``mask`` (b, n) bool, True = real token; padded positions may hold any values (NaN, Inf).
     ``padded_finite``: the caller guarantees finite values at padded positions (the modules' projections

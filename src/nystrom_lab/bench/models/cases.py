@@ -5,7 +5,7 @@ Legend: b batch, n tokens, e hidden size, v vocabulary.
 Every model has the same encoder size (``minilm``: 6 layers, e = 384, 12 heads, FFN 1536, v = 30522;
 ``base``: 12 × 768) and random weights. Ours: :class:`NystromformerModel` with Nyström m = 64 (conv skip,
 kernel 65, as in the paper), the same with ``recompute=True`` (q/k/v recomputed in the backward: leaner
-training) and with exact softmax (fused SDPA). transformers': ``NystromformerModel`` (same
+training) and with exact softmax (SDPA). transformers': ``NystromformerModel`` (same
 m, ``segment_means_seq_len`` = n), ``LongformerModel`` (window 512), ``BigBirdModel`` (block sparse, block
 64, 3 random blocks) and ``BertModel`` (SDPA). Two modes: inference (``torch.inference_mode``, the bare
 encoder) and one training step (MLM loss on 15 % of the positions, backward, AdamW step; each model's

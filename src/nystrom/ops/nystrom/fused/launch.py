@@ -24,6 +24,12 @@ LAUNCHES: collections.Counter[str] = collections.Counter()
 _WAVES = 2
 #: the token block of the passes over n (a ``tuned`` override may change it per pass)
 TOKEN_BLOCK = 64
+#: ``tl.dot`` input precisions the per-head kernels' float32 m×m products may take (``PINV_DOT``): IEEE on
+#: CUDA cores, or three TF32 / six bfloat16 tensor-core products, each within 2× IEEE's error of the pinv
+#: (tests/ops/test_pinv_dot_precision.py; plain "tf32" is ~1000× off, "bf16x3" ~30×). The GPU sweep times them.
+PINV_DOTS = ("ieee", "tf32x3", "bf16x6")
+#: the per-head kernels' choice until a GPU run picks the fastest
+PINV_DOT = "ieee"
 
 _settings: dict[str, object] = {"programs": None, "tuned": {}}
 
@@ -97,16 +103,18 @@ def warps(kernel: str, bm: int, dtype: torch.dtype | None = None) -> int:
 
 
 @contextlib.contextmanager
-def tuned(configs: Mapping[str, Mapping[str, int]]) -> Iterator[None]:
+def tuned(configs: Mapping[str, Mapping[str, int | str]]) -> Iterator[None]:
     """Within the block, launches of the named kernels take these ``num_warps`` / ``num_stages`` (and,
     for ``key_pass``, ``query_pass`` and ``query_backward``, ``BN``: the token block of that pass; the
-    backward's ``key_backward`` shares ``query_backward``'s splits): what the GPU script's sweep tries.
-    Unknown kernels or keys raise."""
+    backward's ``key_backward`` shares ``query_backward``'s splits; for the per-head kernels
+    ``landmark_pinv``, ``key_combine`` and ``landmark_backward``, ``PINV_DOT``: one of :data:`PINV_DOTS`):
+    what the GPU script's sweep tries. Unknown kernels, keys or precisions raise."""
     known = {"landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass", "query_backward",
              "landmark_backward", "key_backward", "query_landmarks"}  # fmt: skip
     for name, config in configs.items():
         keys = {"num_warps", "num_stages"} | ({"BN"} if name in ("key_pass", "query_pass", "query_backward") else set())
-        if name not in known or not set(config) <= keys:
+        keys |= {"PINV_DOT"} if name in ("landmark_pinv", "key_combine", "landmark_backward") else set()
+        if name not in known or not set(config) <= keys or config.get("PINV_DOT", PINV_DOT) not in PINV_DOTS:
             raise ValueError(f"tuned: {name!r} {dict(config)} is not a kernel of {sorted(known)} with keys {sorted(keys)}")
     before = _settings["tuned"]
     _settings["tuned"] = {**before, **{k: dict(v) for k, v in configs.items()}}
