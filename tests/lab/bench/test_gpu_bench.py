@@ -104,12 +104,80 @@ def test_a_stage_budget_counts_from_the_process_start(monkeypatch):
 def test_the_script_budgets_fit_under_ten_minutes():
     """The stage budgets (and END, the models stage's end) leave room for a backstop kill within 590 s
     (8 minutes before the fused kernels: their first compiles in the gpu tests, their PyTorch-path rows,
-    n = 1K, two more models)."""
+    n = 1K, two more models; then the fused stage)."""
     import re
 
     text = (ROOT / "scripts" / "gpu_bench.sh").read_text()
     budgets = [int(b) for b in re.findall(r"^stage \"?[\w ]+\"? (\d+) ", text, flags=re.M)]
     end = int(re.search(r"END=\$\{END:-(\d+)\}", text).group(1))
-    # ≥ 130 s left for the models stage: eager + CUDA graph ~70 s, the compiled case 50 s, its tail 6 s
-    assert len(budgets) == 7 and sum(budgets) + 130 <= end
+    # ≥ 75 s left for the models stage: eager + CUDA graph ~70 s and its tail (the compiled case runs only
+    # when what the stages before left gives it ≥ COMPILED_FROM_S)
+    assert len(budgets) == 8 and sum(budgets) + 75 <= end
+    assert gpu_bench.COMPILED_FROM_S >= 70 + gpu_bench.COMPILED_S + gpu_bench.MODELS_TAIL_S
     assert end + 10 + 5 <= 590  # the last stage's timeout and its kill grace
+
+
+def test_the_fused_stage_dry_runs_every_part_and_writes_its_files(tmp_path, monkeypatch):
+    """The ``fused`` stage on the CPU under Triton's interpreter (inline: no worker processes), cut to
+    one call of each kind: every part runs or says why not (CUDA-only parts: skipped), every file is
+    written, and the tuning file holds a ``launch.tuned`` mapping."""
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present: scripts/gpu_bench.sh runs the stage for real")
+    import time
+
+    from nystrom.ops.nystrom.fused.launch import tuned
+    from nystrom_lab.bench.gpu import fused_stage
+    from nystrom_lab.bench.gpu.fused_stage import profile, sweep
+
+    monkeypatch.setattr(profile, "MODES", ("fwd",))
+    monkeypatch.setattr(profile, "METHODS", (("fused", None), ("sdpa", 0)))
+    monkeypatch.setattr(profile, "GRAPH_MODES", ("inference",))
+    units = tuple(u for u in sweep.UNITS if u.kernel in ("query_pass", "key_backward"))
+    monkeypatch.setattr(sweep, "UNITS", units)
+    monkeypatch.setattr(sweep, "DRY_CONFIGS", 1)
+    monkeypatch.setattr(sweep, "MODES", ("fwd",))
+    fused_stage.run(tmp_path, dry=True, until=time.monotonic() + 600, inline=True)
+
+    assert all((tmp_path / name).exists() for name in fused_stage.FILES)
+    assert set(fused_stage.FILES) <= set(gpu_bench.FILES)  # gpu_bench_commit.sh copies them
+    read = lambda name: json.loads((tmp_path / f"fused_{name}.json").read_text())  # noqa: E731
+    assert "needs CUDA" in read("memory")["skipped"] and "needs CUDA" in read("devices")["skipped"]
+    profiled = read("profile")
+    assert [r.get("error") for r in profiled["rows"]] == [None, None]
+    assert profiled["rows"][0]["triton_launches_per_call"] == 5  # the fused forward's five launches
+    assert profiled["ratios"][0]["over_sdpa"] > 0
+    assert "eager_wall_ms" in read("graphs")["rows"][0]
+    long = read("long")
+    assert long["ok"] and long["backward"]["ok"], long
+    units = read("sweep")["units"]
+    assert [u["kernel"] for u in units] == ["key_backward", "query_pass"]
+    assert all(len(u["configs"]) == 1 and "score" in u["configs"][0] for u in units), units
+    tuning = read("tuning")
+    assert tuning["format"] == 1 and set(tuning["chosen"]) == {"key_backward", "query_pass"}
+    assert set(tuning["chosen"]["query_pass"]) == {"num_warps", "num_stages", "BN"}
+    with tuned(tuning["chosen"]):  # the mapping launch.tuned takes
+        pass
+    assert "## Sweep (c)" in (tmp_path / "fused_summary.md").read_text()
+
+
+def test_the_fused_profile_groups_device_kernels_by_name():
+    """The profiler's CUDA kernel events of a call: the fused kernels by name (a suffix of argument
+    attributes, as older Tritons add, dropped), the rest as ATen's; CPU events left out."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    from nystrom_lab.bench.gpu.fused_stage.profile import kernel_times
+
+    def event(name, us, device=DeviceType.CUDA):
+        return SimpleNamespace(name=name, device_type=device, cpu_parent=None,
+                               time_range=SimpleNamespace(elapsed_us=lambda: us))  # fmt: skip
+
+    reduce = "void at::native::reduce_kernel<512, 1>(int)"
+    events = [event("key_pass", 10.0), event("key_pass_0d1d2de", 12.0), event("query_landmarks", 4.0),
+              event(reduce, 6.0), event("cuLaunchKernel", 99.0, DeviceType.CPU)]  # fmt: skip
+    got = kernel_times(events, 2, "cuda")
+    assert got["kernels"] == {"key_pass": 11.0, "aten: " + reduce[5:]: 3.0, "query_landmarks": 2.0}
+    assert (got["total_us"], got["fused_kernels_us"], got["aten_us"]) == (16.0, 13.0, 3.0)
+    assert got["device_events_per_call"] == 2.0
