@@ -537,9 +537,31 @@ def test_tuning_overrides_and_split_targets_are_checked():
     with pytest.raises(ValueError, match="positive int"):
         with split_programs(0):
             pass
+    with pytest.raises(ValueError, match="not a kernel"):
+        with tuned({"landmark_pinv": {"PINV_DOT": "tf32"}}):  # too coarse for the pinv
+            pass
     with tuned({"query_pass": {"BN": 32, "num_warps": 8}}):
         assert fused_launch.token_block("query_pass") == 32 and fused_launch.token_block("key_pass") == 64
     assert fused_launch.token_block("query_pass") == 64
+    with tuned({"landmark_pinv": {"CONCURRENT": 1, "PINV_DOT": "tf32x3"}}):  # a side stream on CUDA only
+        assert fused_launch.side_stream(torch.device("cpu"), "landmark_pinv") is None
+        assert fused_launch.side_stream(torch.device("meta"), "landmark_pinv") is None
+
+
+def test_tuned_launches_take_the_override(monkeypatch):
+    """What the GPU sweep sets reaches the kernel's launch: warps, stages and the per-head precision
+    (the token block goes to the launcher, the side stream to the forward)."""
+    seen = {}
+
+    class Kernel:
+        __name__ = "landmark_pinv"
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: seen.update(meta)
+
+    with tuned({"landmark_pinv": {"num_warps": 16, "PINV_DOT": "bf16x6", "CONCURRENT": 1}}):
+        fused_launch.launch(Kernel(), (1,), BM=64, PINV_DOT="ieee", num_warps=8)
+    assert seen == {"BM": 64, "PINV_DOT": "bf16x6", "num_warps": 16}
 
 
 def test_inputs_on_two_devices_raise_naming_both():

@@ -49,22 +49,25 @@ def _cases(dtype: str, m: int, d: int) -> list[tuple[object, dict, int]]:
     """(kernel, constexprs, warps) as the launchers use them, for inputs of ``dtype``, m landmarks, head dim d."""
     import torch
 
-    from nystrom.ops.nystrom.fused import backward, forward
-    from nystrom.ops.nystrom.fused.launch import block, dot_options, warps
+    from nystrom.ops.nystrom.fused import backward_kernels as bk
+    from nystrom.ops.nystrom.fused import forward_kernels as fk
+    from nystrom.ops.nystrom.fused.launch import PINV_DOT, block, dot_options, warps
 
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     dots = dot_options(torch_dtype)
     bm, bd, bn = block(m), block(d), 64
-    landmarks, landmark_pinv, key_pass, key_combine, query_pass = forward.kernels()
-    query_backward, landmark_backward, key_backward, query_landmarks = backward.kernels()
+    landmarks, landmark_pinv, key_pass, key_combine, query_pass = (
+        fk.landmarks, fk.landmark_pinv, fk.key_pass, fk.key_combine, fk.query_pass)
+    query_backward, landmark_backward, key_backward, query_landmarks = (
+        bk.query_backward, bk.landmark_backward, bk.key_backward, bk.query_landmarks)
     return [
         (landmarks, dict(BN=bn, BD=bd), 4),
-        (landmark_pinv, dict(BM=bm, BD=bd), warps("landmark_pinv", bm)),
+        (landmark_pinv, dict(BM=bm, BD=bd, PINV_DOT=PINV_DOT), warps("landmark_pinv", bm)),
         (key_pass, dict(BM=bm, BN=bn, BD=bd, BDV=bd, **dots), warps("key_pass", bm, torch_dtype)),
-        (key_combine, dict(BM=bm, BDV=bd), warps("key_combine", bm)),
+        (key_combine, dict(BM=bm, BDV=bd, PINV_DOT=PINV_DOT), warps("key_combine", bm)),
         (query_pass, dict(BN=bn, BM=bm, BD=bd, BDV=bd, CONV=True, **dots), warps("query_pass", bm, torch_dtype)),
         (query_backward, dict(BN=bn, BM=bm, BD=bd, BDV=bd, **dots), warps("query_backward", bm, torch_dtype)),
-        (landmark_backward, dict(BM=bm, BD=bd, BDV=bd), warps("landmark_backward", bm)),
+        (landmark_backward, dict(BM=bm, BD=bd, BDV=bd, PINV_DOT=PINV_DOT), warps("landmark_backward", bm)),
         (key_backward, dict(BN=bn, BM=bm, BD=bd, BDV=bd, BK=block(65), CONV=True, **dots),
          warps("key_backward", bm, torch_dtype)),
         (query_landmarks, dict(BN=bn, BM=bm, BD=bd), 4),

@@ -107,13 +107,15 @@ def tuned(configs: Mapping[str, Mapping[str, int | str]]) -> Iterator[None]:
     """Within the block, launches of the named kernels take these ``num_warps`` / ``num_stages`` (and,
     for ``key_pass``, ``query_pass`` and ``query_backward``, ``BN``: the token block of that pass; the
     backward's ``key_backward`` shares ``query_backward``'s splits; for the per-head kernels
-    ``landmark_pinv``, ``key_combine`` and ``landmark_backward``, ``PINV_DOT``: one of :data:`PINV_DOTS`):
-    what the GPU script's sweep tries. Unknown kernels, keys or precisions raise."""
+    ``landmark_pinv``, ``key_combine`` and ``landmark_backward``, ``PINV_DOT``: one of :data:`PINV_DOTS`;
+    for ``landmark_pinv``, ``CONCURRENT``: 1 runs it on a side stream beside the key pass, see
+    :func:`side_stream`): what the GPU script's sweep tries. Unknown kernels, keys or precisions raise."""
     known = {"landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass", "query_backward",
              "landmark_backward", "key_backward", "query_landmarks"}  # fmt: skip
     for name, config in configs.items():
         keys = {"num_warps", "num_stages"} | ({"BN"} if name in ("key_pass", "query_pass", "query_backward") else set())
         keys |= {"PINV_DOT"} if name in ("landmark_pinv", "key_combine", "landmark_backward") else set()
+        keys |= {"CONCURRENT"} if name == "landmark_pinv" else set()
         if name not in known or not set(config) <= keys or config.get("PINV_DOT", PINV_DOT) not in PINV_DOTS:
             raise ValueError(f"tuned: {name!r} {dict(config)} is not a kernel of {sorted(known)} with keys {sorted(keys)}")
     before = _settings["tuned"]
@@ -122,6 +124,39 @@ def tuned(configs: Mapping[str, Mapping[str, int | str]]) -> Iterator[None]:
         yield
     finally:
         _settings["tuned"] = before
+
+
+#: one side stream per CUDA device, made on first use
+_SIDE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+
+
+def side_stream(device: torch.device, kernel: str) -> torch.cuda.Stream | None:
+    """The stream ``kernel`` runs on beside the current one when :func:`tuned` sets its ``CONCURRENT``
+    (the pinv of A is independent of the key pass: on a GPU its few long programs can overlap the key
+    pass's many short ones); None (the current stream, one after the other) otherwise and off CUDA."""
+    if device.type != "cuda" or not _settings["tuned"].get(kernel, {}).get("CONCURRENT"):
+        return None
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream(device)
+    return _SIDE_STREAMS[device]
+
+
+@contextlib.contextmanager
+def on_stream(side: torch.cuda.Stream | None) -> Iterator[None]:
+    """Launches in the block run on ``side`` after the current stream's work so far (nothing to do for
+    None); :func:`join` makes the current stream wait for them."""
+    if side is None:
+        yield
+        return
+    side.wait_stream(torch.cuda.current_stream(side.device))
+    with torch.cuda.stream(side):
+        yield
+
+
+def join(side: torch.cuda.Stream | None) -> None:
+    """The current stream waits for what was launched on ``side`` (a CUDA graph capture rejoins it too)."""
+    if side is not None:
+        torch.cuda.current_stream(side.device).wait_stream(side)
 
 
 def token_block(kernel: str) -> int:
@@ -180,7 +215,7 @@ def launch(kernel, grid: tuple[int, ...], *args, **meta) -> None:
     """``kernel[grid](*args, **meta)``, counted in :data:`LAUNCHES`, with :func:`tuned`'s warps/stages."""
     name = kernel.__name__
     LAUNCHES[name] += 1
-    override = {k: v for k, v in _settings["tuned"].get(name, {}).items() if k != "BN"}
+    override = {k: v for k, v in _settings["tuned"].get(name, {}).items() if k not in ("BN", "CONCURRENT")}
     try:
         kernel[grid](*args, **{**meta, **override})
     except Exception as error:  # compile errors, OutOfResources, CUDA faults: say how to get going again

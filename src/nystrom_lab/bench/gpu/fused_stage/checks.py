@@ -48,10 +48,12 @@ def _snapshot() -> dict:
 def compiled_kernels() -> list[dict]:
     """The fused kernels this process compiled: warps, stages, registers, local memory (spill) bytes per
     thread and shared bytes, from Triton's per-device caches (empty under the interpreter)."""
-    from nystrom.ops.nystrom.fused import backward, forward
+    from nystrom.ops.nystrom.fused import backward_kernels, forward_kernels
 
+    kernels = [getattr(module, name) for module in (forward_kernels, backward_kernels) for name in dir(module)
+               if hasattr(getattr(module, name), "fn")]  # the @triton.jit kernels
     rows = []
-    for fn in (*forward.kernels(), *backward.kernels()):
+    for fn in kernels:
         for entry in getattr(fn, "device_caches", {}).values():
             cache = entry[0] if isinstance(entry, tuple) else entry
             for compiled in getattr(cache, "values", dict)():

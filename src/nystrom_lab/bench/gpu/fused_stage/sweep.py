@@ -84,11 +84,11 @@ MODES = ("fwd", "fwdbwd")
 def configs(unit: Unit, dry: bool = False) -> list[dict]:
     """The unit's grid, nearest the default first; a per-head kernel's other ``PINV_DOT`` precisions last,
     at the first warps and stages, where the kernel takes that parameter (Triton ignores an unknown one)."""
-    from nystrom.ops.nystrom.fused import backward, forward, launch
+    from nystrom.ops.nystrom.fused import backward_kernels, forward_kernels, launch
 
     out = [{"num_warps": w, "num_stages": st} | ({"BN": bn} if bn else {})
            for bn, w, st in itertools.product(unit.blocks or (0,), unit.warps, unit.stages)]  # fmt: skip
-    kernel = {k.__name__: k for k in (*forward.kernels(), *backward.kernels())}.get(unit.kernel)
+    kernel = getattr(forward_kernels, unit.kernel, None) or getattr(backward_kernels, unit.kernel, None)
     if unit.dots and kernel is not None and "PINV_DOT" in inspect.signature(kernel.fn).parameters:
         default = getattr(launch, "PINV_DOT", None)
         out += [{"num_warps": unit.warps[0], "num_stages": unit.stages[0], "PINV_DOT": dot}
@@ -268,9 +268,16 @@ def sweep(s: Setting, clock: Clock, compiled: dict[str, dict] | None, *, margin:
     return {"units": units, "chosen": chosen, "min_gain": MIN_GAIN, "reps": s.reps}
 
 
+def concurrent(chosen: dict) -> dict:
+    """``chosen`` with ``landmark_pinv`` on a side stream beside the key pass (``CONCURRENT``)."""
+    return {**chosen, "landmark_pinv": {**chosen.get("landmark_pinv", {}), "CONCURRENT": 1}}
+
+
 def check(s: Setting, chosen: dict, clock: Clock) -> dict:
-    """Whole calls (forward in inference, forward + backward) with the launchers' defaults and with
-    ``tuned(chosen)``: CUDA events, median of ``reps``."""
+    """Whole calls (forward in inference, forward + backward) with the launchers' defaults, with
+    ``tuned(chosen)`` and with the chosen pinv beside the key pass (:func:`concurrent`, an effect only a
+    whole call shows): CUDA events, median of ``reps``. ``"concurrent"`` says whether the last won by
+    :data:`MIN_GAIN` in every mode and length."""
     from nystrom.ops.nystrom.fused.launch import tuned
 
     res: dict = {mode: {} for mode in MODES}
@@ -289,10 +296,15 @@ def check(s: Setting, chosen: dict, clock: Clock) -> dict:
                     return torch.autograd.grad(attention(d.q, d.k, d.v, d.w, s.landmarks), d.proj, d.grad)
 
             row = {}
-            for name, overrides in (("default", {}), ("chosen", chosen)):
+            for name, overrides in (("default", {}), ("chosen", chosen), ("concurrent", concurrent(chosen))):
                 with tuned(overrides):
                     row[f"{name}_ms"] = round(timed_ms(call, s.device, s.reps, warmup=1 if s.dry else 2), 4)
             res[mode][str(n)] = row
+    rows = [row for mode in MODES for row in res[mode].values()]
+    on_gpu = torch.device(s.device).type == "cuda" and not s.dry  # off CUDA the side stream is the same one
+    res["concurrent"] = on_gpu and bool(rows) and all(
+        r["concurrent_ms"] <= (1 - MIN_GAIN) * r["chosen_ms"] for r in rows
+    )
     return res
 
 
@@ -303,7 +315,7 @@ def tuning(s: Setting, result: dict, final: dict, env: dict) -> dict:
                                  "sweep; 'chosen' is a mapping for launch.tuned()",
             **{k: env.get(k) for k in ("gpu", "capability", "torch", "triton", "cuda")},
             "setting": s.describe(),
-            "chosen": {u["kernel"]: u["chosen"] for u in units},
+            "chosen": (concurrent if final.get("concurrent") else dict)({u["kernel"]: u["chosen"] for u in units}),
             "defaults": {u["kernel"]: u["default"] for u in units},
             "speedup": {u["kernel"]: u["speedup"] for u in units},
             "kernel_us": {u["kernel"]: {n: {"default": u["default_us"][n], "chosen": u["chosen_us"][n]}
