@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from nystrom.model import NystromformerConfig, NystromformerModel
-from nystrom.utils.graphs import Eager, GraphedForward, bucket
+from nystrom.utils.graphs import CudaGraphs, Eager, GraphedForward, bucket
 
 from oracle import rel_err
 
@@ -103,6 +103,47 @@ def test_refuses_autograd_and_bad_shapes():
         run(torch.ones(1, 4, dtype=torch.long), torch.ones(1, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="buckets"):
         GraphedForward(torch.nn.Linear(1, 1), lambda i, m: i, buckets=())
+
+
+def test_cuda_graphs_run_every_kernel_once_before_the_capture(monkeypatch):
+    """The warm-up runs (the fused kernels' first launches: compile, module load, local-memory
+    reservation) all happen on the side stream before the capture opens, and at least one is required.
+    On CPU, with torch.cuda's stream and graph calls recorded instead of made."""
+    events = []
+
+    class Context:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            events.append(f"enter {self.name}")
+
+        def __exit__(self, *exc):
+            events.append(f"exit {self.name}")
+
+    class Stream:
+        def wait_stream(self, other):
+            events.append("wait")
+
+    class Graph:
+        def pool(self):
+            return "pool"
+
+        def replay(self):
+            events.append("replay")
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: Context("side stream"))
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g, pool=None: Context("capture"))
+    out, replay = CudaGraphs(warmup=2).capture(lambda: events.append("run") or torch.ones(1))
+    replay()
+    assert events == ["wait", "enter side stream", "run", "run", "exit side stream", "wait",
+                      "enter capture", "run", "exit capture", "replay"]  # fmt: skip
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="warmup"):
+            CudaGraphs(warmup=bad)
 
 
 @pytest.mark.parametrize(

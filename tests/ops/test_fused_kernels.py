@@ -333,10 +333,12 @@ def test_fused_kernels_without_the_interpreter_or_a_gpu_raises(monkeypatch):
 # --- the same on CUDA at real sizes -------------------------------------------------------------------
 
 
-CUDA_ORACLE_CELLS = [  # every dtype at the paper's size, the other head dims in bf16 (each new tile size
-    # is a Triton compile of ~20-30 s on the GPU's first run)
+CUDA_ORACLE_CELLS = [  # the half dtypes at the paper's size, the other head dims in bf16 (each new tile size
+    # is a Triton compile of ~20-30 s on the GPU's first run); float32 where covers() takes it (its larger
+    # tiles spill past the bounds of docs/gpu/kernel_resources.md and run the PyTorch path)
     *(pytest.param(dtype, 64, 64, id=f"{name}-d64-m64") for dtype, name in
-      ((torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float16, "fp16"))),
+      ((torch.bfloat16, "bf16"), (torch.float16, "fp16"))),
+    pytest.param(torch.float32, 32, 16, id="fp32-d32-m16"),
     pytest.param(torch.bfloat16, 32, 16, id="bf16-d32-m16"),
     pytest.param(torch.bfloat16, 128, 64, id="bf16-d128-m64"),
 ]  # fmt: skip
@@ -350,16 +352,18 @@ def test_cuda_fused_equals_the_oracle(dtype, d, m):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_cuda_fused_equals_the_pytorch_path_at_4k(dtype):
-    q, k, v = _inputs(2, 8, 4096, 64, 64, dtype, "cuda")
+@pytest.mark.parametrize("dtype, d, m", [(torch.float32, 32, 16), (torch.bfloat16, 64, 64)], ids=["fp32", "bf16"])
+def test_cuda_fused_equals_the_pytorch_path_at_4k(dtype, d, m):
+    q, k, v = _inputs(2, 8, 4096, d, d, dtype, "cuda")
     mask = right_pad_mask([4096, 3000], 4096).cuda()
-    weight = torch.randn(2, 8, 4096, 64, device="cuda")
+    weight = torch.randn(2, 8, 4096, d, device="cuda")
     results = []
     for enabled in (True, False):
+        before = LAUNCHES["query_pass"]
         with fused_kernels(enabled):
-            out = nystrom_attention(q, k, v, num_landmarks=64, mask=mask)
+            out = nystrom_attention(q, k, v, num_landmarks=m, mask=mask)
             results.append((out, _grads(out, (q, k, v), weight)))
+        assert LAUNCHES["query_pass"] == before + enabled  # the kernels ran, then the PyTorch path
     (out, got), (ref, want) = results
     out_tol, grad_tol = TOLERANCE[dtype]
     assert rel_err(out, ref) <= out_tol
@@ -399,9 +403,50 @@ def test_cuda_calls_take_the_kernels_from_ampere_on(capability, runs, monkeypatc
 
     monkeypatch.setattr(fused, "TRITON_INSTALLED", True)
     monkeypatch.setattr(fused, "_capability", lambda device: capability)
+    monkeypatch.setattr(fused, "_shared_per_block", lambda device: 163 * 1024)  # an A100's
     q = SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16, shape=(1, 8, 4096, 64))
     v = SimpleNamespace(shape=(1, 8, 4096, 64))
     assert fused.covers(q, v, num_landmarks=64, pinv="iterative", pinv_init="per_matrix") is runs
+
+
+GPU_BOUND_CELLS = [  # dtype, m, d, dv, the GPU's opt-in shared memory per block (KB), covered
+    pytest.param(torch.bfloat16, 64, 64, 64, 227, True, id="bf16-m64-h100"),
+    pytest.param(torch.bfloat16, 64, 64, 64, 163, True, id="bf16-m64-a100"),
+    pytest.param(torch.bfloat16, 64, 64, 64, 99, False, id="bf16-m64-rtx4090"),  # landmark_backward: 144 KB
+    pytest.param(torch.float16, 32, 128, 80, 99, True, id="fp16-m32-d128-rtx4090"),
+    pytest.param(torch.float32, 64, 64, 64, 227, False, id="fp32-m64-d64"),  # its backward spills 4+ KB
+    pytest.param(torch.float32, 16, 32, 32, 99, True, id="fp32-m16-d32"),
+]
+
+
+@pytest.mark.parametrize("dtype, m, d, dv, shared_kb, covered", GPU_BOUND_CELLS)
+def test_shapes_the_gpu_kernels_were_not_compiled_within_bounds_for_run_the_pytorch_path(
+    dtype, m, d, dv, shared_kb, covered, monkeypatch
+):
+    """On CUDA, a call whose tiles spill past the bounds at every warps tried, or need more shared memory
+    than the GPU has (docs/gpu/kernel_resources.md), is not covered; the interpreter takes it."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(fused, "TRITON_INSTALLED", True)
+    monkeypatch.setattr(fused, "_capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused, "_shared_per_block", lambda device: shared_kb * 1024)
+    q = SimpleNamespace(device=torch.device("cuda"), dtype=dtype, shape=(1, 8, 4096, d))
+    v = SimpleNamespace(shape=(1, 8, 4096, dv))
+    options = dict(num_landmarks=m, pinv="iterative", pinv_init="per_matrix")
+    assert fused.covers(q, v, **options) is covered
+    with fused_kernels(True):
+        assert fused.covers(SimpleNamespace(**{**vars(q), "device": torch.device("cpu")}), v, **options)
+
+
+@pytest.mark.gpu
+def test_cuda_calls_outside_the_compiled_bounds_run_the_pytorch_path():
+    q, k, v = _inputs(1, 2, 300, 64, 64, torch.float32, "cuda")  # float32, m = 64: the backward spills
+    before = LAUNCHES.copy()
+    assert not fused.covers(q, v, num_landmarks=64, pinv="iterative", pinv_init="per_matrix")
+    out = nystrom_attention(q, k, v, num_landmarks=64)
+    assert LAUNCHES == before
+    ref = nystrom_attention_materialized(*(t.detach().double() for t in (q, k, v)), num_landmarks=64)
+    assert rel_err(out, ref) <= 1e-5
 
 
 # --- what an interpreter on one multiprocessor would not show ------------------------------------------

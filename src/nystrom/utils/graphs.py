@@ -57,9 +57,16 @@ class Eager:
 
 
 class CudaGraphs:
-    """Capture with ``torch.cuda.CUDAGraph`` after ``warmup`` runs on a side stream (as PyTorch requires)."""
+    """Capture with ``torch.cuda.CUDAGraph`` after ``warmup`` runs on a side stream (as PyTorch requires).
+
+    The warm-up runs are also the first launches of every kernel the forward takes at this shape, the
+    fused Triton kernels' included: a first launch compiles the kernel, loads its module and may grow the
+    context's local-memory reservation to the kernel's spill stack (a device-wide synchronisation;
+    docs/gpu/kernel_resources.md), none of which belongs in a capture. So ``warmup`` is at least 1."""
 
     def __init__(self, *, warmup: int = 2) -> None:
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+            raise ValueError(f"warmup must be an int ≥ 1 (the kernels' first launches happen there), got {warmup!r}")
         self.warmup = warmup
         self.pool = None  # one memory pool shared by this runner's graphs
 

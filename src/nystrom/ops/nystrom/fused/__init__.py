@@ -22,7 +22,8 @@ from collections.abc import Iterator
 
 import torch
 
-from nystrom.ops.nystrom.fused.launch import LAUNCHES
+from nystrom.ops.nystrom.fused import configs
+from nystrom.ops.nystrom.fused.launch import LAUNCHES, block
 from nystrom.ops.nystrom.fused.op import fused_attention as _op
 from nystrom.ops.nystrom.fused.plan import plan
 
@@ -84,13 +85,39 @@ def _capability(device: torch.device) -> tuple[int, int]:
     return props.major, props.minor
 
 
+def _shared_per_block(device: torch.device) -> int:
+    """The CUDA device's opt-in shared memory per block in bytes: its multiprocessor's less the 1 KB the
+    driver reserves per block (A100 163 KB, H100 227 KB, sm_86/sm_89/sm_120 99 KB)."""
+    return torch.cuda.get_device_properties(device).shared_memory_per_multiprocessor - 1024
+
+
+#: the tables' names of the input dtypes (:mod:`.configs`)
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def _compiled_within_bounds(q: torch.Tensor, v: torch.Tensor, num_landmarks: int) -> bool:
+    """Whether this call's tiles were compiled within the bounds of docs/gpu/kernel_resources.md
+    (:mod:`.configs`, from the kernels compiled for every target arch): no kernel spills past its bound
+    at its warps (``UNCOVERED``: float32 shapes), and the shared memory fits the GPU (``SHARED``: m > 32
+    needs 128-144 KB, more than sm_86, sm_89 and sm_120 have)."""
+    # int(): a head dim traced as a symbol is specialised (the tiles are compile-time constants anyway)
+    tiles = (block(int(num_landmarks)), block(int(q.shape[-1])), block(int(v.shape[-1])))
+    shape = (_DTYPE_NAMES[q.dtype], *tiles)
+    if shape in configs.UNCOVERED:
+        return False
+    need = configs.SHARED.get(shape, 0)
+    return need == 0 or need <= _shared_per_block(q.device)
+
+
 def covers(
     q: torch.Tensor, v: torch.Tensor, *, num_landmarks: int, pinv: str, pinv_init: str
 ) -> bool:
     """Whether this call runs the fused kernels: the device (above), float16/bfloat16/float32, the
-    paper's iterative pinv with per-matrix Z₀, m ≤ :data:`MAX_LANDMARKS`, head dims ≤ :data:`MAX_HEAD_DIM`.
-    Anything else runs the PyTorch paths (the same function), and so does every call inside
-    ``fused_kernels(False)`` or in a process started with ``NYSTROM_FUSED=0``."""
+    paper's iterative pinv with per-matrix Z₀, m ≤ :data:`MAX_LANDMARKS`, head dims ≤ :data:`MAX_HEAD_DIM`,
+    and on CUDA tiles compiled within the resource bounds (:func:`_compiled_within_bounds`; the meta
+    device and Triton's interpreter take every such shape). Anything else runs the PyTorch paths (the
+    same function), and so does every call inside ``fused_kernels(False)`` or in a process started with
+    ``NYSTROM_FUSED=0``."""
     enabled = _state["enabled"]
     if enabled is None:  # no fused_kernels() block: the environment decides
         enabled = _environment()
@@ -113,6 +140,7 @@ def covers(
         and v.shape[-1] <= MAX_HEAD_DIM
         and q.shape[-2] > 0
         and q.shape[0] * q.shape[1] > 0
+        and (device != "cuda" or _compiled_within_bounds(q, v, num_landmarks))
     )
 
 

@@ -68,10 +68,10 @@ def backward(
     launch(kernels.query_backward, (bh, s), q, saved.k_l, saved.u, counts, seg, grad, saved.lse_f,
            dq32, du, dkl_parts, q.stride(0), q.stride(1), q.stride(2), grad.stride(0), grad.stride(1),
            grad.stride(2), h, n, m, d, dv, scale, per_split, s, BN=bn, BM=bm, BD=bd, BDV=bdv, **dots,
-           num_warps=warps("query_backward", bm, q.dtype))  # fmt: skip
+           num_warps=warps("query_backward", bm, q.dtype, bd=bd, bdv=bdv))  # fmt: skip
     launch(kernels.landmark_backward, (bh,), saved.q_l, saved.k_l, counts, saved.a, saved.z, saved.iterates,
            saved.bv, du, dkl_parts, dbv, delta, dkl, dql_parts, h, m, d, dv, iterations, s,
-           BM=bm, BD=bd, BDV=bdv, PINV_DOT=PINV_DOT, num_warps=warps("landmark_backward", bm))  # fmt: skip
+           BM=bm, BD=bd, BDV=bdv, PINV_DOT=PINV_DOT, num_warps=warps("landmark_backward", bm, bd=bd, bdv=bdv))  # fmt: skip
     dk = k.new_empty(b, n, h, d).transpose(1, 2)  # (b, h, n, d) head views of token-major memory
     dvv = v.new_empty(b, n, h, dv).transpose(1, 2)
     launch(kernels.key_backward, (bh, s), saved.q_l, k, v, seg, counts, saved.lse_b, dbv, delta, dkl, dk, dvv,
@@ -80,7 +80,7 @@ def backward(
            dk.stride(0), dk.stride(1), dk.stride(2), dvv.stride(0), dvv.stride(1), dvv.stride(2),
            grad.stride(0), grad.stride(1), grad.stride(2), h, n, m, d, dv, taps, per_split, s,
            BN=bn, BM=bm, BD=bd, BDV=bdv, BK=block(taps), CONV=conv, **dots,
-           num_warps=warps("key_backward", bm, q.dtype))  # fmt: skip
+           num_warps=warps("key_backward", bm, q.dtype, bd=bd, bdv=bdv))  # fmt: skip
     dql = dql_parts.sum(1)  # (BH, BM, BD): the key splits' and A's parts of dq̃
     dq = q.new_empty(b, n, h, d).transpose(1, 2)
     launch(kernels.query_landmarks, (bh * -(-n // bn),), dq32, dql, seg, counts, dq, dq.stride(0), dq.stride(1),

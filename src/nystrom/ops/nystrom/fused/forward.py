@@ -98,22 +98,22 @@ def forward(
     side = side_stream(q.device, "landmark_pinv")  # None unless tuned to overlap the key pass
     with on_stream(side):
         launch(kernels.landmark_pinv, (bh,), res.q_l, res.k_l, counts, res.a, res.z, res.iterates, h, m, d,
-               iterations, BM=bm, BD=bd, PINV_DOT=PINV_DOT, num_warps=warps("landmark_pinv", bm))  # fmt: skip
+               iterations, BM=bm, BD=bd, PINV_DOT=PINV_DOT, num_warps=warps("landmark_pinv", bm, bd=bd))  # fmt: skip
     per_split, s = splits(n, bh, bk, q.device)
     acc, stat = scratch(q.device, (bh, s, bm, bdv), (bh, s, 2, bm))  # the splits' partial B·V and stats
     dots = dot_options(q.dtype)
     launch(kernels.key_pass, (bh, s), res.q_l, k, v, seg, acc, stat,
            k.stride(0), k.stride(1), k.stride(2), v.stride(0), v.stride(1), v.stride(2),
            h, n, m, d, dv, per_split, s, BM=bm, BN=bk, BD=bd, BDV=bdv, **dots,
-           num_warps=warps("key_pass", bm, q.dtype))  # fmt: skip
+           num_warps=warps("key_pass", bm, q.dtype, bd=bd, bdv=bdv))  # fmt: skip
     join(side)  # key_combine reads A⁺
     launch(kernels.key_combine, (bh,), acc, stat, res.z, res.bv, res.lse_b, res.u, m, dv, s, BM=bm, BDV=bdv, PINV_DOT=PINV_DOT,
-           num_warps=warps("key_combine", bm))  # fmt: skip
+           num_warps=warps("key_combine", bm, q.dtype, bdv=bdv))  # fmt: skip
     conv = conv_weight is not None
     out = res.out
     launch(kernels.query_pass, (bh * -(-n // bq),), q, res.k_l, res.u, counts, seg, v,
            conv_weight if conv else counts, out, res.lse_f,
            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
            out.stride(0), out.stride(1), out.stride(2), h, n, m, d, dv, conv_weight.shape[-1] if conv else 1, scale,
-           BN=bq, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots, num_warps=warps("query_pass", bm, q.dtype))  # fmt: skip
+           BN=bq, BM=bm, BD=bd, BDV=bdv, CONV=conv, **dots, num_warps=warps("query_pass", bm, q.dtype, bd=bd, bdv=bdv))  # fmt: skip
     return res

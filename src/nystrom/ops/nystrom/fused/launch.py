@@ -83,23 +83,24 @@ def splits(n: int, bh: int, bn: int, device: torch.device) -> tuple[int, int]:
     return per_split, -(-n // per_split)
 
 
-#: warps of the one-program-per-head kernels at m ≥ 64 (the others take Triton's default, 4): the m×m tiles
-#: of A, its iterates and their gradients need the registers of more threads. Chosen from the spill stack
-#: that ``python -m nystrom_lab.bench.gpu.kernel_resources`` reads from kernels compiled for sm_90 (no GPU
-#: yet to time them): key_combine 1596 -> 224 B per thread with 8 warps, landmark_backward 45 -> 10 KB with 16.
-_WARPS = {"landmark_pinv": 8, "key_combine": 8, "landmark_backward": 16}
-#: the token-block kernels whose products run as IEEE float32 FMAs (float32 inputs) at m ≥ 64: with 4 warps
-#: their (64, 64) tiles spilled 6-12 KB per thread
-_FLOAT32_DOTS = ("key_pass", "query_pass", "query_backward", "key_backward")
+#: the input dtypes' keys in :data:`.configs.WARPS`
+_WARPS_DTYPE = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
-def warps(kernel: str, bm: int, dtype: torch.dtype | None = None) -> int:
-    """``num_warps`` for ``kernel`` at the landmark tile ``bm`` (and inputs of ``dtype``)."""
-    if bm < 64:
-        return 4
-    if dtype == torch.float32 and kernel in _FLOAT32_DOTS:
-        return 8
-    return _WARPS.get(kernel, 4)
+def warps(kernel: str, bm: int, dtype: torch.dtype | None = None, *, bd: int = 128, bdv: int | None = None) -> int:
+    """``num_warps`` for ``kernel`` at the landmark tile ``bm``, the head-dim tile ``bd`` and the value tile
+    ``bdv`` (default ``bd``), inputs of ``dtype`` (None: bfloat16's): the sweep's choice (:mod:`.configs`,
+    from the kernels compiled for every target arch; docs/gpu/kernel_resources.md), which keeps every
+    config :func:`~nystrom.ops.nystrom.fused.covers` takes within its shared memory and spill bounds."""
+    from nystrom.ops.nystrom.fused import configs
+
+    bdv = bd if bdv is None else bdv
+    tiles = configs.TILES[kernel]
+    if "BD" in tiles and "BDV" in tiles and (bd, bdv) not in configs.PAIRS:
+        bd = bdv = max(bd, bdv)  # a pair not compiled: the square tile of its larger side (at least its needs)
+    key = (kernel, None if kernel in configs.DTYPE_FREE else _WARPS_DTYPE.get(dtype, "bf16"),
+           bm if "BM" in tiles else 16, bd if "BD" in tiles else 16, bdv if "BDV" in tiles else 16)  # fmt: skip
+    return configs.WARPS.get(key, 4)
 
 
 @contextlib.contextmanager
