@@ -71,6 +71,35 @@ CELLS = [
     for masked in (False, True)
 ]
 
+#: Triton's interpreter takes 0.2 s a kernel launch (up to 6 s a cell on 2 CPU cores). The default suite runs
+#: the fused kernels interpreted in every cell of the module and, in our model and BERT, in this sample,
+#: which still gives each model every dtype, mode and mask; their other interpreted cells are marked slow
+#: (the whole table: bash scripts/test.sh -m "slow or not slow" tests/ops/test_accelerator_matrix.py).
+INTERPRETED_MODEL_SAMPLE = (
+    "fp32-train-padded",
+    "bf16-inference-padded",
+    "fp16-train-nomask",
+    "autocast-bf16-train-padded",
+    "autocast-bf16-train-backward-outside-autocast-nomask",
+)
+
+
+def _interpreted_and_left_out(cell, device) -> bool:
+    model = cell.values[3]
+    return (
+        device.id == "cpu-fused-interpreted"
+        and model != "module"
+        and cell.id.removeprefix(f"{model}-") not in INTERPRETED_MODEL_SAMPLE
+    )
+
+
+MATRIX = [
+    pytest.param(*cell.values, *device.values, id=f"{cell.id}-{device.id}", marks=[
+        *cell.marks, *device.marks, *([pytest.mark.slow] if _interpreted_and_left_out(cell, device) else [])])
+    for cell in CELLS
+    for device in DEVICES
+]  # fmt: skip
+
 
 @dataclass
 class Case:
@@ -191,8 +220,7 @@ def compare(got: dict, want: dict, dtype: str) -> None:
         assert (got["grads"][name] - g).norm().item() <= GRAD_TOLERANCE[dtype] * scale, name
 
 
-@pytest.mark.parametrize(("device", "path"), DEVICES)
-@pytest.mark.parametrize(("dtype", "mode", "masked", "model"), CELLS)
+@pytest.mark.parametrize(("dtype", "mode", "masked", "model", "device", "path"), MATRIX)
 def test_accelerator_path_agrees_with_the_cpu_path(dtype, mode, masked, model, device, path):
     weights, amp = DTYPES[dtype]
     want = run_cell(make_case(model, masked, weights, "cpu"), mode, "cpu", amp)
@@ -216,6 +244,14 @@ def test_the_matrix_covers_every_axis():
     for word in ("fp32", "bf16", "fp16", "autocast-bf16", "inference", "train", "backward-outside",
                  "nomask", "padded", "module", "nystromformer", "bert"):  # fmt: skip
         assert any(word in i for i in ids), word
+    assert len(MATRIX) == len(CELLS) * len(DEVICES)
+    for model in MODELS:  # the interpreted cells of the default suite: every dtype, mode and mask
+        cells = [p.values for p in MATRIX if p.values[3] == model and p.id.endswith("-cpu-fused-interpreted")
+                 and not any(mark.name == "slow" for mark in p.marks)]  # fmt: skip
+        assert {c[0] for c in cells} == set(DTYPES), model
+        assert {c[1] for c in cells} == {"inference", "train", "train-backward-outside-autocast"}, model
+        assert {c[2] for c in cells} == {False, True}, model
+        assert len(cells) == (18 if model == "module" else len(INTERPRETED_MODEL_SAMPLE)), model
 
 
 def test_a_copy_of_a_case_computes_the_same_output():
@@ -233,13 +269,15 @@ def test_a_copy_of_a_case_computes_the_same_output():
 #: on the CPU every cell of the PyTorch path and the fp32 training step through the fused op (Triton's
 #: interpreter); on CUDA the autocast cells only, both paths (what GPU users compile; each compile of forward
 #: and backward costs tens of seconds, and the GPU script's test stage has a budget)
+#: The training step first: the inference cell after it finds most of its kernels in inductor's on-disk cache
+#: (which pytest-xdist's workers share): 9–14 s instead of 28 s on 2 CPU cores.
 COMPILE_CELLS = [
     pytest.param(dtype, mode, device, path, id=f"{dtype}-{mode}-{device_id}", marks=marks)
     for device, path, device_id, marks, dtypes, modes in (
-        ("cpu", "accelerator", "cpu-forced", (), ("fp32", "autocast-bf16"), ("inference", "train")),
+        ("cpu", "accelerator", "cpu-forced", (), ("fp32", "autocast-bf16"), ("train", "inference")),
         ("cpu", "fused", "cpu-fused-interpreted", (), ("fp32",), ("train",)),
-        ("cuda", "fused", "cuda", (pytest.mark.gpu,), ("autocast-bf16",), ("inference", "train")),
-        ("cuda", "accelerator", "cuda-pytorch-path", (pytest.mark.gpu,), ("autocast-bf16",), ("inference", "train")),
+        ("cuda", "fused", "cuda", (pytest.mark.gpu,), ("autocast-bf16",), ("train", "inference")),
+        ("cuda", "accelerator", "cuda-pytorch-path", (pytest.mark.gpu,), ("autocast-bf16",), ("train", "inference")),
     )
     for dtype in dtypes
     for mode in modes

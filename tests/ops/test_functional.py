@@ -104,8 +104,10 @@ def test_fused_equals_materialized_fp64(n, m, kernel_path):
 
 @pytest.fixture(params=["chunked", "sdpa"])
 def kernel_path(request, monkeypatch):
-    """Run a test through the CPU chunked kernels and through the fused-SDPA dispatch."""
+    """Run a test through the CPU chunked kernels (on their thread pool) and the fused-SDPA dispatch."""
     big = 1 if request.param == "chunked" else 10**9
+    if request.param == "chunked":
+        request.getfixturevalue("two_threads")
     monkeypatch.setattr(kernels, "SHORT_MIN_N", big)
     monkeypatch.setattr(kernels, "LONG_MIN_N", big)
     monkeypatch.setattr(kernels, "TRAIN_MIN_N", big)
@@ -211,7 +213,7 @@ def test_gradcheck_long_key_kernel(monkeypatch, kernel_path, splits):
 
 
 @pytest.mark.parametrize("scale,shifted", [(0.7, False), (60.0, True)])
-def test_kernels_unshifted_fast_path_and_max_shifted_fallback(monkeypatch, scale, shifted):
+def test_kernels_unshifted_fast_path_and_max_shifted_fallback(monkeypatch, two_threads, scale, shifted):
     # The kernels exponentiate raw scores when every row sum stays in [2^-64, 2^64] and fall back to the
     # max-shifted softmax otherwise; at scale 60 the scores reach hundreds (exp2 overflows float32).
     monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
@@ -245,7 +247,7 @@ def test_kernels_unshifted_fast_path_and_max_shifted_fallback(monkeypatch, scale
     assert (calls["short"] > 0, calls["long"] > 0) == (shifted, shifted), calls
 
 
-def test_gradcheck_kernels_through_the_max_shifted_path(monkeypatch):
+def test_gradcheck_kernels_through_the_max_shifted_path(monkeypatch, two_threads):
     monkeypatch.setattr(kernels, "SHORT_MIN_N", 1)
     monkeypatch.setattr(kernels, "LONG_MIN_N", 1)
     monkeypatch.setattr(kernels, "TRAIN_MIN_N", 1)

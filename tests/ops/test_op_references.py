@@ -23,7 +23,7 @@ IMPLEMENTATIONS = ("cpu-kernels", "cpu-sdpa", "accelerator", "traceable")
 
 def _reach(implementation: str, monkeypatch) -> contextlib.AbstractContextManager:
     """Set the dispatch up so that ``nystrom_attention`` takes ``implementation``."""
-    if implementation == "cpu-kernels":  # the blocked, threaded kernels at any n, in chunks
+    if implementation == "cpu-kernels":  # the blocked, threaded kernels at any n, in chunks (two_threads)
         for name, value in (("SHORT_MIN_N", 1), ("LONG_MIN_N", 1), ("TRAIN_MIN_N", 1), ("CHUNK_ROWS", 16),
                             ("CHUNK_KEYS", 8)):  # fmt: skip
             monkeypatch.setattr(cpu_kernels, name, value)
@@ -35,7 +35,7 @@ def _reach(implementation: str, monkeypatch) -> contextlib.AbstractContextManage
 @pytest.mark.parametrize("pinv", ["iterative", "exact"])
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-def test_nystrom_implementation_equals_the_reference(implementation, padded, pinv, monkeypatch):
+def test_nystrom_implementation_equals_the_reference(implementation, padded, pinv, monkeypatch, two_threads):
     b, h, n, d, m = 2, 3, 50, 8, 8
     q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
     mask = right_pad_mask([n, 6], n) if padded else None  # the second sample: fewer real tokens than m

@@ -83,7 +83,7 @@ def test_a_sample_of_the_sweep_compiles_to_the_committed_numbers_within_the_boun
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
 def test_the_table_was_compiled_from_the_kernels_as_they_are(table):
     """A kernel edited since the sweep leaves its rows stale (the sample above may not notice)."""
-    from nystrom_lab.bench.gpu.kernel_resources import fingerprints
+    from nystrom_lab.bench.gpu.kernel_compile import fingerprints
 
     current = fingerprints()
     stale = sorted({r["kernel"] for r in table["rows"] if r["source"] != current[r["kernel"]]})

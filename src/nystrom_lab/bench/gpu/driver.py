@@ -34,7 +34,6 @@ and re-renders the docs (``scripts/gpu_bench_commit.sh``).
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import json
 import platform
@@ -47,7 +46,7 @@ from pathlib import Path
 
 T0 = time.monotonic()  # this process's start, near enough: a stage's --budget counts from here
 
-from nystrom_lab.bench.gpu.fused_stage import FILES as FUSED_FILES  # noqa: E402 (after T0: its imports count)
+from nystrom_lab.bench.gpu.fused_stage import FILES as FUSED_FILES  # noqa: E402
 
 #: Table 1's methods on the GPU: the bf16 tables run all (ours fused, the default, and on the PyTorch path);
 #: the fp16/fp32 forward only the rendered three
@@ -71,7 +70,6 @@ FILES = ("env.txt", "stages.log", "gpu_tests.txt", "launches_gpu.json", "bench_m
 #: the run's provenance, kept by whoever ran it: a note (machine, date, commit, command, what failed) and
 #: the script's whole output
 PROVENANCE = ("README.md", "run.log")
-BUDGET_SKIP = "over the run's time budget"
 #: seconds a stage keeps after its cases for the report, files, plot and exit
 TABLE_TAIL_S, MODELS_TAIL_S = 8.0, 6.0
 #: seconds of the models stage held back for the compiled case (worker start, a ≈ 31 s compile, the calls),
@@ -230,60 +228,11 @@ def fused(out: Path, *, dry: bool, budget: float) -> dict:
     return run(out, dry=dry, until=T0 + budget)
 
 
-def _budget_skipped(path: Path) -> int:
-    """How many cases of a table file were cut by the time budget."""
-    if path.suffix == ".csv":
-        with path.open() as f:
-            return sum(BUDGET_SKIP in (r.get("skipped") or "") for r in csv.DictReader(f))
-    if path.name.startswith("bench_models"):
-        return sum(BUDGET_SKIP in r.get("skipped", "") for r in json.loads(path.read_text())["rows"])
-    return 0
-
-
 def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = True) -> list[str]:
-    """Replace the run in ``root``/docs/gpu/ with the one in ``out`` and re-render the docs; the names copied.
+    """This run's :data:`FILES` and :data:`PROVENANCE` into ``root``/docs/gpu/ (:func:`.commit.commit`)."""
+    from nystrom_lab.bench.gpu.commit import commit as into_docs
 
-    docs/gpu/ holds one run, so that no doc shows one run's table beside another's: a file of
-    :data:`FILES` the run did not write is removed there, and so is a table with cases cut by the time
-    budget (copied only with ``force``); the docs then say the run has no such table. The run's
-    :data:`PROVENANCE` files are copied too. Refuses a dry run's folder."""
-    if (out / "DRY").exists():
-        raise SystemExit(f"{out} holds a dry run's outputs (CPU, tiny sizes): not copied into docs/gpu/")
-    gpu = root / "docs" / "gpu"
-    copied, removed = [], []
-    for name in FILES:
-        src = out / name
-        cut = _budget_skipped(src) if src.exists() else 0
-        if src.exists() and (force or not cut):
-            shutil.copy(src, gpu / name)
-            copied.append(name)
-            continue
-        print(
-            f"left out: {name} " + (f"has {cut} case(s) over the time budget" if cut else "not in this run")
-        )
-        if (gpu / name).exists():
-            (gpu / name).unlink()
-            removed.append(name)
-    for name in PROVENANCE:
-        if (out / name).exists():
-            shutil.copy(out / name, gpu / name)
-        else:
-            print(f"no {name} in {out}: write docs/gpu/{name} (see scripts/gpu_bench.sh)")
-    print("copied into docs/gpu/:", ", ".join(copied) or "nothing")
-    if "fused_tuning.json" in copied:  # no generator reads it yet: see the TODO in docs/fused_kernels.md
-        print("docs/gpu/fused_tuning.json: the fused stage's chosen launch configuration; the launch"
-              " defaults (fused/configs.py) are not regenerated from it yet (TODO in docs/fused_kernels.md,"
-              " 'Targets')")
-    if removed:
-        print("removed from docs/gpu/ (an earlier run's, not this one's):", ", ".join(removed))
-    if not render:
-        return copied
-    done = subprocess.run(
-        [sys.executable, "-m", "nystrom_lab.cli", "docs", "render", "--plots", "--root", str(root)], cwd=root
-    )
-    if done.returncode:
-        print("nystrom docs render failed: see above (the copied files stay)")
-    return copied
+    return into_docs(out, files=FILES, provenance=PROVENANCE, root=root, force=force, render=render)
 
 
 def main(argv: list[str]) -> int:

@@ -74,7 +74,8 @@ def narrow_products(text: str) -> list[str]:
 
 def findings(*, dtype: str = "bf16", m: int = 64, d: int = 64) -> dict[str, list[str]]:
     """Every fused kernel's 32-bit products of strides or ``n`` (as the launchers configure them)."""
-    from nystrom_lab.bench.gpu.kernel_resources import _cases, _signature
+    from nystrom_lab.bench.gpu.kernel_compile import _signature
+    from nystrom_lab.bench.gpu.kernel_resources import _cases
 
     return {
         kernel.fn.__name__: narrow_products(first_ir(kernel, _signature(kernel, dtype, constexprs), constexprs))

@@ -188,7 +188,7 @@ def meta() -> dict:
 
 def sweep(path: Path, *, limit: int | None = None, log=print) -> int:
     """Compiles pending cells one at a time (at most ``limit``), saving after each; returns how many ran."""
-    from nystrom_lab.bench.gpu.kernel_resources import compile_kernel, fingerprints
+    from nystrom_lab.bench.gpu.kernel_compile import compile_kernel, fingerprints
 
     table = load(path)
     table["meta"] = meta()

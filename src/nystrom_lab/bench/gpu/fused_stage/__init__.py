@@ -54,7 +54,7 @@ def run(out: Path, *, dry: bool, until: float, inline: bool = False) -> dict:
     processes (the checks run here, nothing is precompiled): the tests' way."""
     if dry:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
-    from nystrom_lab.bench.gpu.fused_stage import checks, profile, sweep, workers
+    from nystrom_lab.bench.gpu.fused_stage import checks, final, profile, sweep, workers
     from nystrom_lab.bench.gpu.fused_stage.common import Clock, environment, guarded, read, setting, write
 
     s = setting(dry)
@@ -101,8 +101,8 @@ def run(out: Path, *, dry: bool, until: float, inline: bool = False) -> dict:
                      lambda: sweep.sweep(s, clock, compiled, margin=6.0))  # fmt: skip
     write(out, "sweep", result)
     chosen = result.get("chosen", {})
-    final = guarded({}, lambda: sweep.check(s, chosen, clock))
-    tuning = sweep.tuning(s, result, final, env) if "units" in result else {**result, "format": 1}
+    checked = guarded({}, lambda: final.check(s, chosen, clock))
+    tuning = final.tuning(s, result, checked, env) if "units" in result else {**result, "format": 1}
     write(out, "tuning", tuning)
     text = summary(out)
     (out / "fused_summary.md").write_text(text)
