@@ -117,14 +117,18 @@ def median_time_ms(
     return 1e3 * statistics.median(call_times_s(fn, repeats=repeats, warmup=warmup, budget_s=budget_s))
 
 
-def cuda_median_time_ms(fn: Callable[[], object], *, repeats: int = 20, warmup: int = 3) -> float:
+def cuda_median_time_ms(
+    fn: Callable[[], object], *, repeats: int = 20, warmup: int = 3, flush: torch.Tensor | None = None
+) -> float:
     """Median device time (ms) of ``fn`` on the current CUDA stream, between two CUDA events around each
     call, after ``warmup`` calls: the GPU's timing loop (the stream's own clock: the host's synchronize
-    latency is not counted)."""
+    latency is not counted). ``flush``, if given, is zeroed before each timed call (a cold L2 cache)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if flush is not None:
+            flush.zero_()
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()

@@ -103,6 +103,13 @@ def warps(kernel: str, bm: int, dtype: torch.dtype | None = None, *, bd: int = 1
     return configs.WARPS.get(key, 4)
 
 
+#: what :func:`tuned` may set per kernel beside ``num_warps`` and ``num_stages``
+_TUNABLE = {
+    "key_pass": {"BN"}, "query_pass": {"BN"}, "query_backward": {"BN"},
+    "landmark_pinv": {"PINV_DOT", "CONCURRENT"}, "key_combine": {"PINV_DOT"}, "landmark_backward": {"PINV_DOT"},
+}  # fmt: skip
+
+
 @contextlib.contextmanager
 def tuned(configs: Mapping[str, Mapping[str, int | str]]) -> Iterator[None]:
     """Within the block, launches of the named kernels take these ``num_warps`` / ``num_stages`` (and,
@@ -111,12 +118,11 @@ def tuned(configs: Mapping[str, Mapping[str, int | str]]) -> Iterator[None]:
     ``landmark_pinv``, ``key_combine`` and ``landmark_backward``, ``PINV_DOT``: one of :data:`PINV_DOTS`;
     for ``landmark_pinv``, ``CONCURRENT``: 1 runs it on a side stream beside the key pass, see
     :func:`side_stream`): what the GPU script's sweep tries. Unknown kernels, keys or precisions raise."""
-    known = {"landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass", "query_backward",
-             "landmark_backward", "key_backward", "query_landmarks"}  # fmt: skip
+    from nystrom.ops.nystrom.fused.configs import TILES  # every kernel's name
+
+    known = set(TILES)
     for name, config in configs.items():
-        keys = {"num_warps", "num_stages"} | ({"BN"} if name in ("key_pass", "query_pass", "query_backward") else set())
-        keys |= {"PINV_DOT"} if name in ("landmark_pinv", "key_combine", "landmark_backward") else set()
-        keys |= {"CONCURRENT"} if name == "landmark_pinv" else set()
+        keys = {"num_warps", "num_stages"} | _TUNABLE.get(name, set())
         if name not in known or not set(config) <= keys or config.get("PINV_DOT", PINV_DOT) not in PINV_DOTS:
             raise ValueError(f"tuned: {name!r} {dict(config)} is not a kernel of {sorted(known)} with keys {sorted(keys)}")
     before = _settings["tuned"]

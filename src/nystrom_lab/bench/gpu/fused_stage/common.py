@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from nystrom_lab.bench.measure import cuda_median_time_ms
+
 #: the fused kernels' names, as the profiler and ``launch.LAUNCHES`` see them
 KERNELS = ("landmarks", "landmark_pinv", "key_pass", "key_combine", "query_pass", "query_backward",
            "landmark_backward", "key_backward", "query_landmarks")  # fmt: skip
@@ -95,25 +97,16 @@ def flush_buffer(device: str) -> torch.Tensor | None:
 def timed_ms(fn: Callable[[], object], device: str, reps: int, *, warmup: int = 1,
              flush: torch.Tensor | None = None) -> float:  # fmt: skip
     """Median ms of ``fn`` over ``reps`` calls: CUDA events around each call on a GPU (after writing
-    ``flush`` if given), the wall clock on the CPU."""
+    ``flush`` if given: :func:`~nystrom_lab.bench.measure.cuda_median_time_ms`), the wall clock on the CPU."""
+    if device == "cuda":
+        return cuda_median_time_ms(fn, repeats=reps, warmup=warmup, flush=flush)
     for _ in range(warmup):
         fn()
-    sync(device)
     times = []
     for _ in range(reps):
-        if device == "cuda":
-            if flush is not None:
-                flush.zero_()
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        else:
-            t = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
     return statistics.median(times)
 
 

@@ -32,7 +32,6 @@ faster. ``OUT/fused_tuning.json`` holds the choices::
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import json
 import statistics
@@ -83,16 +82,14 @@ MODES = ("fwd", "fwdbwd")
 
 def configs(unit: Unit, dry: bool = False) -> list[dict]:
     """The unit's grid, nearest the default first; a per-head kernel's other ``PINV_DOT`` precisions last,
-    at the first warps and stages, where the kernel takes that parameter (Triton ignores an unknown one)."""
-    from nystrom.ops.nystrom.fused import backward_kernels, forward_kernels, launch
+    at the first warps and stages."""
+    from nystrom.ops.nystrom.fused.launch import PINV_DOT, PINV_DOTS
 
     out = [{"num_warps": w, "num_stages": st} | ({"BN": bn} if bn else {})
            for bn, w, st in itertools.product(unit.blocks or (0,), unit.warps, unit.stages)]  # fmt: skip
-    kernel = getattr(forward_kernels, unit.kernel, None) or getattr(backward_kernels, unit.kernel, None)
-    if unit.dots and kernel is not None and "PINV_DOT" in inspect.signature(kernel.fn).parameters:
-        default = getattr(launch, "PINV_DOT", None)
+    if unit.dots:
         out += [{"num_warps": unit.warps[0], "num_stages": unit.stages[0], "PINV_DOT": dot}
-                for dot in getattr(launch, "PINV_DOTS", ()) if dot != default]  # fmt: skip
+                for dot in PINV_DOTS if dot != PINV_DOT]  # fmt: skip
     return out[:DRY_CONFIGS] if dry else out
 
 
