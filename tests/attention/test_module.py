@@ -19,7 +19,7 @@ def test_registry_entries_share_the_interface():
         assert list(params)[:2] == ["self", "dim"]
         for p in ("heads", "dim_head"):
             assert params[p].kind is inspect.Parameter.KEYWORD_ONLY
-        assert list(inspect.signature(cls.forward).parameters) == ["self", "x", "mask"]
+        assert list(inspect.signature(cls.forward).parameters) == ["self", "x", "mask", "cu_seqlens", "max_seqlen"]
 
 
 def test_softmax_module_matches_oracle_with_mask():

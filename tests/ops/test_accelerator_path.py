@@ -8,7 +8,8 @@ import nystrom.ops.nystrom.landmarks as landmarks
 from nystrom import NystromAttention
 from nystrom.functional import nystrom_attention
 from nystrom.model import NystromformerConfig, NystromformerModel
-from nystrom.ops.nystrom.landmarks import averaging_weights, segment_means, shared_landmarks
+from nystrom.ops.nystrom.landmarks import averaging_weights, segment_means
+from nystrom.ops.plan import shared_plan
 from nystrom.utils.device import accelerator_path, force_accelerator_path
 
 from oracle import nystrom_oracle, rel_err, right_pad_mask, softmax_oracle
@@ -117,7 +118,7 @@ def test_sharing_is_per_mask_object_and_version():
     mask = right_pad_mask([15], 20)
     other = mask.clone()
     other[0, 3] = False
-    with shared_landmarks(mask):
+    with shared_plan(mask):
         a = segment_means(x, 4, mask)[0]
         b = segment_means(x, 4, other)[0]  # another mask: computed for itself
         mask[0, 3] = False  # modified in place: the shared result is stale, so it is recomputed

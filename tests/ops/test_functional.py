@@ -9,12 +9,12 @@ from nystrom.functional import (
     iterative_pinv,
     long_key_attention,
     nystrom_attention,
-    nystrom_attention_materialized,
     segment_means,
     short_key_attention,
     softmax_attention,
 )
 from nystrom.ops.nystrom import cpu_kernels as kernels
+from nystrom.ops.nystrom.naive import nystrom_attention_materialized
 from nystrom.ops.pinv.naive import reference_pinv
 
 from oracle import landmarks_oracle, nystrom_oracle, rel_err, right_pad_mask, softmax_oracle

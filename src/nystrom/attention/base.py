@@ -6,21 +6,26 @@ A variant subclasses :class:`AttentionBase` and implements :meth:`AttentionBase.
 per-head ``q, k, v`` of shape ``(b, h, n, d)`` to ``(b, h, n, d)``. The base owns the joint q/k/v
 projection, the output projection, dropout and input validation, so every variant is constructed as
 ``cls(dim, *, heads, dim_head, <variant options>)`` and called as ``forward(x, mask=None)`` with ``mask`` True = real token.
+
+Packed documents (``forward(x, mask, cu_seqlens=...)``): the base turns the heads of every document into a
+sample of its own (:mod:`nystrom.ops.plan.documents`) around the variant's ``attend``, so a variant whose
+padding is exact packs exactly; those declare ``packs_documents = True``, the others refuse packed input.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 from torch import nn
 
-from nystrom.attention.recompute import recompute_attention
+from nystrom.attention.recompute import Attend, recompute_attention
 from nystrom.layers.dense import dense_module
 from nystrom.layers.dropout import Dropout
 from nystrom.layers.projection import project_heads
 from nystrom.ops.conv import add_conv_skip
-from nystrom.ops.nystrom.landmarks import padding, shared_landmarks
+from nystrom.ops.plan import Documents, packed_plan, padding, rows_from_documents, shared_plan, to_documents
 from nystrom.utils.checks import (
     check_dtype_matches,
     check_mask,
@@ -50,6 +55,9 @@ class AttentionBase(nn.Module):
     name: str = ""
     #: whether ``core`` treats heads independently and deterministically (``recompute=True`` needs it)
     head_separable: bool = False
+    #: whether padding is exact for ``core`` (a sample's real outputs do not depend on its padded length),
+    #: so that packed documents, run as padded samples of their own, get exactly what they get alone
+    packs_documents: bool = False
 
     def __init__(
         self,
@@ -105,12 +113,24 @@ class AttentionBase(nn.Module):
         raise NotImplementedError
 
     @rejects_key_padding_mask
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+    ) -> torch.Tensor:
         """``x`` (b, n, dim) -> (b, n, dim).
 
         ``mask`` (b, n) bool, True = real token (transformers' and lucidrains' convention; the opposite
         of ``nn.MultiheadAttention``'s ``key_padding_mask``). Padded positions of ``x`` may hold any
         values, NaN and Inf included: no real output and no gradient depends on them.
+
+        ``cu_seqlens``: packed documents, FlashAttention's int32 (documents + 1,) offsets into the b·n
+        tokens read row after row (every row starts a document); each attends only to itself and gets
+        what it gets alone. ``max_seqlen``: its longest document, if known (saves a host read). See
+        :func:`~nystrom.ops.nystrom.dispatch.nystrom_attention`.
         """
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -120,28 +140,58 @@ class AttentionBase(nn.Module):
         check_dtype_matches(x, self.qkv.weight)
         b, n, _ = x.shape
         mask = check_mask(mask, b, n, x.device)
-        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_landmarks(mask):
-            return self._forward(x, mask)
+        if cu_seqlens is None and max_seqlen is not None:
+            raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
+        if cu_seqlens is not None and not self.packs_documents:
+            raise ValueError(
+                f"{type(self).__name__} cannot honour packed documents (cu_seqlens): its output depends on "
+                "a sample's padded length, so a document would not get what it gets alone. Use nystrom or "
+                "softmax attention, or feed the documents unpacked"
+            )
+        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_plan(mask, cu_seqlens):
+            documents = None
+            if cu_seqlens is not None:  # once per forward inside a model's block
+                documents = packed_plan(cu_seqlens, mask, b, n, x.device, max_seqlen=max_seqlen)
+            return self._forward(x, mask, documents)
 
-    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        # Inside a shared_landmarks block (the model's, or one of its own): ~mask and what the core derives
+    def _forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, documents: Documents | None
+    ) -> torch.Tensor:
+        # Inside a shared_plan block (the model's, or one of its own): ~mask and what the core derives
         # from the mask are computed once however often the layer uses them.
         if mask is not None:  # zeroed, not only masked later: 0 · NaN in the weight gradient would be NaN
             x = x.masked_fill(padding(mask)[..., None], 0)
+        attend = self.attend if documents is None else functools.partial(self._attend_documents, documents)
         if self.recompute and torch.is_grad_enabled() and (x.requires_grad or self.qkv.weight.requires_grad):
             y = recompute_attention(
                 x, mask, self.qkv.weight, self.qkv.bias, None if self.conv is None else self.conv.weight,
-                self.out.weight, self.out.bias, attend=self.attend, heads=self.heads,
+                self.out.weight, self.out.bias, attend=attend, heads=self.heads,
             )  # fmt: skip
         else:
-            y = dense_module(self.out, self._attend(x, mask))  # the q/k/v tensor is released before out() runs  # fmt: skip
+            y = dense_module(self.out, self._attend(x, mask, attend))  # the q/k/v tensor is released before out() runs  # fmt: skip
         return first_order_only(self.dropout(y), type(self).__name__)
 
-    def _attend(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _attend(self, x: torch.Tensor, mask: torch.Tensor | None, attend: Attend) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
         q, k, v = project_heads(x, self.qkv.weight, self.qkv.bias, self.heads, self.dim_head)  # (b, h, n, d) views  # fmt: skip
-        return self.attend(q, k, v, mask, None if self.conv is None else self.conv.weight)
+        return attend(q, k, v, mask, None if self.conv is None else self.conv.weight)
+
+    def _attend_documents(
+        self,
+        documents: Documents,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        conv_weight: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """:meth:`attend` on packed rows, heads (b, g, n, d) -> merged (b, n, g·d): every document as a
+        sample of its own (``mask`` is in ``documents``, which was built from it)."""
+        b, _, n, _ = q.shape
+        qd, kd, vd = (to_documents(t, documents) for t in (q, k, v))  # (D, g, L, d)
+        o = self.attend(qd, kd, vd, documents.mask, conv_weight)  # (D, L, g·d)
+        return rows_from_documents(o, documents, b, n)  # (b, n, g·d)
 
     def attend(
         self,

@@ -33,6 +33,7 @@ class NystromAttention(AttentionBase):
 
     name = "nystrom"
     head_separable = True
+    packs_documents = True
 
     def __init__(
         self,

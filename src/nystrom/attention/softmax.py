@@ -22,6 +22,7 @@ class SoftmaxAttention(AttentionBase):
 
     name = "softmax"
     head_separable = True
+    packs_documents = True
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""The functional API, a public path over :mod:`nystrom.ops`: Nyström attention, its reference and factors,
+"""The functional API, a public path over :mod:`nystrom.ops`: Nyström attention, its factors,
 landmarks, the pseudo-inverse, the two CPU softmax kernels and exact softmax attention.
 Shapes: b, h, n, m, d (see the op modules)."""
 
@@ -7,7 +7,6 @@ from nystrom.ops.nystrom import (
     landmark_assignment,
     long_key_attention,
     nystrom_attention,
-    nystrom_attention_materialized,
     nystrom_factors,
     segment_means,
     short_key_attention,
@@ -23,7 +22,6 @@ __all__ = [
     "landmark_assignment",
     "long_key_attention",
     "nystrom_attention",
-    "nystrom_attention_materialized",
     "nystrom_factors",
     "segment_means",
     "short_key_attention",

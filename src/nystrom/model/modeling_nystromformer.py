@@ -30,7 +30,7 @@ from nystrom.model.layers import (
     to_mask,
 )
 from nystrom.model.positions import check_scheme, extend_table, scheme_record
-from nystrom.ops.nystrom.landmarks import shared_landmarks
+from nystrom.ops.plan import shared_plan
 
 T = torch.Tensor | None  # the optional tensor arguments of every forward
 B = bool | None  # the optional switches (None = the config's setting)
@@ -79,7 +79,7 @@ class Encoder(nn.Module):
         states: list[torch.Tensor] = []
         weights: list[torch.Tensor] = []
         # What the mask determines (landmark assignment, additive masks) is computed once for all layers.
-        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_landmarks(mask):
+        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_plan(mask):
             for layer in self.layers:
                 if output_hidden_states:  # only then: each kept input is a (b, n, e) tensor alive to the end
                     states.append(x)

@@ -212,7 +212,8 @@ class _FirstOrderOnly(torch.autograd.Function):
             raise NotImplementedError(
                 f"double backward (create_graph=True) through {ctx.what} is not implemented: its kernels"
                 " recompute in the backward instead of keeping a differentiable graph. For higher-order"
-                " gradients use nystrom.functional.nystrom_attention_materialized (plain PyTorch ops)."
+                " gradients compose nystrom.functional.nystrom_factors: f, z, b = nystrom_factors(q, k, ...), then"
+                " f @ (z @ (b @ v)) (plain PyTorch ops)."
             )
         return grad, None
 

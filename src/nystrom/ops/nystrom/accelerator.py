@@ -13,7 +13,7 @@ n = 4096) the launches, not the FLOPs, set the time. Per call:
 * B·V and F·(A⁺BV): two SDPA calls with additive masks, and one GEMM between them.
 
 Everything derived from the mask alone (W, the additive masks, the empty-landmark blocks) is computed once
-per forward for all layers (:func:`~nystrom.ops.nystrom.landmarks.shared_landmarks`).
+per forward for all layers (:func:`~nystrom.ops.nystrom.landmarks.shared_plan`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.ops.nystrom.landmarks import averaging_weights, shared
+from nystrom.ops.nystrom.landmarks import averaging_weights
 from nystrom.ops.pinv import exact_pinv, iterative_pinv
+from nystrom.ops.plan import shared
 from nystrom.utils.checks import check_finite
 
 

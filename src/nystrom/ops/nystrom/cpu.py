@@ -1,4 +1,4 @@
-"""The CPU path of Nyström attention: the reference's landmarks and A⁺, and the two large products through
+"""The CPU path of Nyström attention: the landmarks and A⁺ of :mod:`.landmarks`, and the two large products through
 the memory-lean CPU kernels of :mod:`.cpu_kernels`, so no (n, m) or (m, n) matrix is ever alive.
 
 Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim.
@@ -11,7 +11,7 @@ a chunked attention of the n queries over the m landmarks (``short_key_attention
 from __future__ import annotations
 
 from nystrom.ops.nystrom.cpu_kernels import long_key_attention, short_key_attention
-from nystrom.ops.nystrom.naive import landmark_kernel_pinv, landmark_means
+from nystrom.ops.nystrom.landmarks import landmark_kernel_pinv, landmark_means
 from nystrom.utils.checks import check_finite, value_checks_enabled
 from nystrom.utils.parallel import single_threaded
 

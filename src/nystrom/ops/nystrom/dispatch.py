@@ -24,8 +24,8 @@ import torch
 
 from nystrom.ops.conv import add_conv_skip, conv_taps
 from nystrom.ops.nystrom import accelerator, cpu, fused, traceable
-from nystrom.ops.nystrom.landmarks import padding
 from nystrom.ops.nystrom.options import check_options
+from nystrom.ops.plan import padding, run_packed
 from nystrom.utils.amp import autocast_off
 from nystrom.utils.checks import first_order_only, rejects_key_padding_mask, zero_padding
 from nystrom.utils.device import accelerator_path
@@ -54,6 +54,8 @@ def nystrom_attention(
     causal: bool = False,
     padded_finite: bool = False,
     conv_weight: torch.Tensor | None = None,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
 ) -> torch.Tensor:
     """Nyström self-attention, O(n·d + m²) memory.
 
@@ -78,6 +80,14 @@ def nystrom_attention(
             of v over the tokens (``nn.Conv2d(h, h, (K, 1), padding=(K // 2, 0), groups=h, bias=False)``'s
             weight (h, 1, K, 1), or (h, K); K odd), padded tokens read as 0. The fused kernels add it in
             their query pass; the other paths add ``ops.conv``'s skip.
+        cu_seqlens: packed documents, FlashAttention's layout: int32 (documents + 1,) offsets into the
+            b·n tokens read row after row (0, the end of each document, ..., b·n; every row starts a
+            document). Each document attends only to itself, with its own m landmarks by the same
+            segment rule (and its own conv skip): its rows are what it gets alone, on every path. The
+            mask may still mark padding inside documents. See :mod:`nystrom.ops.plan.documents`.
+        max_seqlen: with ``cu_seqlens``, the longest document's length if known (FlashAttention's
+            ``max_seqlen``; transformers passes it as ``max_length_q``): saves a host read per call, and
+            under ``torch.compile`` keeps documents from being padded to the row length.
 
     Returns:
         (b, h, n, dv) in the inputs' dtype. Landmarks, A and A⁺ are computed in ≥ float32.
@@ -85,6 +95,18 @@ def nystrom_attention(
     mask, scale = check_options(
         q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
     )
+    if cu_seqlens is not None:  # every document as a sample of its own: exact on every path below
+
+        def attend(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor, md: torch.Tensor) -> torch.Tensor:
+            return nystrom_attention(
+                qd, kd, vd, num_landmarks=num_landmarks, mask=md, pinv_iterations=pinv_iterations, pinv=pinv,
+                pinv_init=pinv_init, segments=segments, scale=scale, padded_finite=padded_finite,
+                conv_weight=conv_weight,
+            )  # fmt: skip
+
+        return run_packed(attend, q, k, v, mask=mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
+    if max_seqlen is not None:
+        raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
     taps = None if conv_weight is None else conv_taps(v, conv_weight)  # (h, K)
     if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
         with autocast_off(q.device.type):  # the op runs in the inputs' dtype

@@ -8,82 +8,23 @@ segment-means; n need not divide by m; padding never enters a landmark; when L �
 its own landmark and the landmarks no token maps to are reported as invalid in the landmark mask.
 
 The assignment depends on the mask only, so a model computes it once per forward for all its layers:
-inside :func:`shared_landmarks` (``Encoder.forward`` opens it) every call with that very mask object
-reuses what the first one computed (on a GPU it is a dozen launches per layer otherwise).
+inside :func:`~nystrom.ops.plan.shared_plan` (``Encoder.forward`` opens it) every call with that very
+mask object reuses what the first one computed (on a GPU it is a dozen launches per layer otherwise).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Hashable, Iterator
-from typing import TypeVar
-
 import torch
 
-from nystrom.utils.checks import check_choice, check_mask, check_positive_int, rejects_key_padding_mask
-
-T = TypeVar("T")
-
-
-def _version(mask: torch.Tensor | None) -> int | None:
-    """The mask's version counter (bumped by every in-place edit); None for no mask and for inference
-    tensors, which keep none (and cannot be edited in place outside inference mode)."""
-    return None if mask is None or mask.is_inference() else mask._version
-
-
-class _Shared:
-    """What one :func:`shared_landmarks` block has computed for its mask."""
-
-    def __init__(self, mask: torch.Tensor | None) -> None:
-        self.mask = mask
-        self.version = _version(mask)  # an in-place edit of the mask invalidates
-        self.memo: dict[Hashable, object] = {}
-
-
-_SHARED: contextvars.ContextVar[_Shared | None] = contextvars.ContextVar(
-    "nystrom_shared_landmarks", default=None
+from nystrom.ops.pinv import exact_pinv, iterative_pinv
+from nystrom.ops.plan import shared
+from nystrom.utils.checks import (
+    check_choice,
+    check_finite,
+    check_mask,
+    check_positive_int,
+    rejects_key_padding_mask,
 )
-
-
-@contextlib.contextmanager
-def shared_landmarks(mask: torch.Tensor | None) -> Iterator[None]:
-    """Within the block, Nyström calls whose ``mask`` is this very object (``None``: no padding) compute
-    the landmark assignment (and the masks derived from it) once and share it.
-
-    A call with another mask, or after the mask was modified in place, computes its own: sharing never
-    changes a result, it only skips recomputing it. Not under ``torch.compile`` (the compiler dedupes).
-    Nested in a block for the same mask (a module inside a model), the outer block's memo is used."""
-    outer = _SHARED.get()
-    if outer is not None and outer.mask is mask and _version(mask) == outer.version:
-        yield
-        return
-    token = _SHARED.set(_Shared(mask))
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
-
-
-def shared(mask: torch.Tensor | None, key: Hashable, compute: Callable[[], T]) -> T:
-    """``compute()``, once per :func:`shared_landmarks` block for ``mask`` and ``key``; outside one, every time."""
-    if torch.compiler.is_compiling():  # checked first: dynamo cannot trace a ContextVar
-        return compute()
-    block = _SHARED.get()
-    if block is None or block.mask is not mask:
-        return compute()
-    if _version(mask) != block.version:
-        return compute()
-    if key not in block.memo:
-        block.memo[key] = compute()
-    return block.memo[key]  # type: ignore[return-value]
-
-
-def padding(mask: torch.Tensor) -> torch.Tensor:
-    """``~mask`` (b, n), True = padding; computed once per forward where the model shares its mask
-    (:func:`shared_landmarks`): every layer zeroes its input and its V with it."""
-    return shared(mask, "padding", lambda: ~mask)
-
 
 SEGMENTS = ("balanced", "front_padded")
 
@@ -169,7 +110,7 @@ def averaging_weights(
 
     Row j of W holds 1/count_j at the real tokens of landmark j and 0 elsewhere. Why a product on the
     accelerator path: one GEMM per tensor for any mask, instead of a zeroed buffer, an index_add_ and a
-    division; W is m·n floats per sample, computed once per forward (:func:`shared_landmarks`).
+    division; W is m·n floats per sample, computed once per forward (:func:`~nystrom.ops.plan.shared_plan`).
     """
     if mask is None and n % m == 0:  # contiguous runs of n/m tokens: a banded W, no index arithmetic
         seg = torch.arange(n, device=device) // (n // m)  # (n,)
@@ -210,3 +151,25 @@ def segment_means(
     acc = torch.promote_types(x.dtype, torch.float32)
     means, lmask = _segment_means(x, m, mask, acc, segments)
     return means.to(x.dtype), lmask
+
+
+def landmark_means(q, k, m, mask, segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q̃, K̃ (b, h, m, d) in ≥ float32 and valid (b, m) from q, k (b, h, n, d) with zeroed padding."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    q_l, valid = _segment_means(q, m, mask, acc, segments)  # (b, h, m, d), (b, m)
+    k_l, _ = _segment_means(k, m, mask, acc, segments)  # (b, h, m, d)
+    # Landmarks are means of real tokens only, so this sees exactly the real positions (cheap: (m, d)).
+    check_finite("q at a real (unpadded) token", q_l)
+    check_finite("k at a real (unpadded) token", k_l)
+    return q_l, k_l, valid
+
+
+def landmark_kernel_pinv(q_l, k_l, valid, scale, pinv_iterations, pinv, pinv_init) -> torch.Tensor:
+    """A⁺ (b, h, m, m) of A = softmax(Q̃ K̃ᵀ s), with an identity block on the invalid landmarks."""
+    m = q_l.shape[-2]
+    scores = q_l @ k_l.mT * scale  # (b, h, m, m)
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    a = torch.softmax(scores, -1)  # (b, h, m, m)
+    pair = valid[:, None, :, None] & valid[:, None, None, :]  # (b, 1, m, m)
+    a = torch.where(pair, a, torch.eye(m, dtype=a.dtype, device=a.device))  # identity block on invalid
+    return iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)

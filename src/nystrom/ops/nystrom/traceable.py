@@ -3,7 +3,7 @@
 Legend: b batch, h heads, n tokens, m landmarks, d head dim, dv value dim.
 
 The compiler cannot follow the CPU kernels (a thread pool, custom autograd Functions), so under tracing
-the reference's landmarks and A⁺ meet two masked SDPA calls, which compute the same function: B·V with
+the landmarks and A⁺ of :mod:`.landmarks` meet two masked SDPA calls, which compute the same function: B·V with
 the m landmark queries over the n keys, F·(A⁺BV) with the n queries over the m landmarks.
 
 B·V runs in A⁺'s dtype (≥ float32), with k and v cast up, so that A⁺·(B·V) multiplies two float32
@@ -16,7 +16,7 @@ landmark queries' pass (m·n·d FLOPs, small beside the n queries' pass).
 
 from __future__ import annotations
 
-from nystrom.ops.nystrom.naive import landmark_kernel_pinv, landmark_means
+from nystrom.ops.nystrom.landmarks import landmark_kernel_pinv, landmark_means
 from nystrom.ops.softmax import masked_sdpa
 from nystrom.utils.checks import check_finite
 

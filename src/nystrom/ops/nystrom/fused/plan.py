@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from nystrom.ops.nystrom.landmarks import shared
+from nystrom.ops.plan import shared
 
 
 class Plan(NamedTuple):
@@ -88,7 +88,7 @@ def _unmasked(b: int, n: int, m: int, segments: str, device: torch.device) -> Pl
 
 
 def plan(mask: torch.Tensor | None, b: int, n: int, m: int, segments: str, device: torch.device) -> Plan:
-    """The :class:`Plan` for ``mask`` (b, n): once per ``shared_landmarks`` block for that mask (a model's
+    """The :class:`Plan` for ``mask`` (b, n): once per ``shared_plan`` block for that mask (a model's
     forward opens one: once for all layers); for no mask, once per shape for the process."""
     if mask is None and not torch.compiler.is_compiling():  # traced: the compiler folds it
         return _unmasked(b, n, m, segments, device)

@@ -1,0 +1,35 @@
+"""The per-forward token plan that every attention variant shares: which tokens are real (``mask``), which
+document each belongs to (``cu_seqlens``), and the memo that computes what they determine once per forward
+for all layers (:func:`shared_plan`). Nyström's landmarks, the fused kernels' plan, softmax attention and
+the modules all read them from here."""
+
+from nystrom.ops.plan.documents import (
+    Documents,
+    check_cu_seqlens,
+    cu_seqlens_from_document_ids,
+    document_ids_from_positions,
+    document_plan,
+    from_documents,
+    packed_plan,
+    rows_from_documents,
+    run_packed,
+    to_documents,
+)
+from nystrom.ops.plan.shared import adopt, padding, shared, shared_plan
+
+__all__ = [
+    "Documents",
+    "adopt",
+    "check_cu_seqlens",
+    "cu_seqlens_from_document_ids",
+    "document_ids_from_positions",
+    "document_plan",
+    "from_documents",
+    "packed_plan",
+    "padding",
+    "rows_from_documents",
+    "run_packed",
+    "shared",
+    "shared_plan",
+    "to_documents",
+]
