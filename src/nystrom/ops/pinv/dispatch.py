@@ -2,10 +2,11 @@
 
 Legend: b batch, h heads, m landmarks.
 
-:func:`iterative_pinv` (Razavi et al. 2014, the paper's method; the formula is in :mod:`.naive`) runs the
-plain reference iterations on the CPU path and the ``nystrom::iterative_pinv`` op (:mod:`.op`: one
-Triton launch on CUDA, a written-out backward) on the accelerator path. ``init="per_matrix"`` scales Z₀ by
-each matrix's own norms; ``init="original"`` takes the batch-wide maxima of the public codes (parity only).
+:func:`iterative_pinv` (Razavi et al. 2014, the paper's method; the formula is in :mod:`.iterations`) runs
+the plain-ops iterations of :mod:`.iterations` on the CPU path and the ``nystrom::iterative_pinv`` op
+(:mod:`.op`: one Triton launch on CUDA, a written-out backward) on the accelerator path.
+``init="per_matrix"`` scales Z₀ by each matrix's own norms; ``init="original"`` takes the batch-wide
+maxima of the public codes (parity only). The tests check both paths against :mod:`.naive`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from nystrom.ops.pinv import op as _op  # noqa: F401  (registers nystrom::iterative_pinv)
-from nystrom.ops.pinv.naive import reference_pinv
+from nystrom.ops.pinv.iterations import cpu_pinv
 from nystrom.utils.checks import check_choice, check_positive_int
 from nystrom.utils.device import accelerator_path
 
@@ -43,7 +44,7 @@ def iterative_pinv(a: torch.Tensor, iterations: int = 6, init: str = "per_matrix
     a = a.to(_work_dtype(a.dtype))
     if accelerator_path(a):  # one launch (Triton on CUDA) and a written-out backward: op.py
         return torch.ops.nystrom.iterative_pinv(a, iterations, init == "per_matrix")[0]
-    return reference_pinv(a, iterations, init == "per_matrix")  # CPU: plain ops, no op dispatch or iterates
+    return cpu_pinv(a, iterations, init == "per_matrix")  # CPU: plain ops, no op dispatch or iterates
 
 
 def exact_pinv(a: torch.Tensor) -> torch.Tensor:

@@ -7,9 +7,11 @@ As used by the paper: Z ← ¼ Z (13I − AZ (15I − AZ (7I − AZ))), Z₀ = A
 batch-mates. ``per_matrix=False`` reproduces the official/HF/lucidrains code, which takes the maxima over
 the whole batch and all heads; it exists for parity tests only.
 
-This is the op's one reference: the CPU path calls it directly, the op (:mod:`nystrom.ops.pinv.op`)
-runs the same iterations (recording the iterates for its backward) and the tests compare every other
-implementation with it. It computes in ``a``'s dtype; the entry point promotes half precision first.
+This is the op's one reference, a leaf only the tests import: the library runs its own copy of the
+iterations (:mod:`nystrom.ops.pinv.iterations`, the CPU path and the op off CUDA) and the Triton kernel,
+and the tests compare all of them with this one. It is written on its own, importing neither, so that a
+change there cannot change the check too; it does the same arithmetic in the same order, so the plain
+paths match it bit for bit. It computes in ``a``'s dtype.
 """
 
 from __future__ import annotations
@@ -17,29 +19,19 @@ from __future__ import annotations
 import torch
 
 
-def initial_iterate(a: torch.Tensor, per_matrix: bool) -> torch.Tensor:
-    """Z₀ = Aᵀ / (‖A‖₁ ‖A‖∞): per matrix, or (``per_matrix=False``) the batch-wide maxima of the public code."""
-    absa = a.abs()
-    norm_1 = absa.sum(-2).amax(-1)  # (B,) max column sum
-    norm_inf = absa.sum(-1).amax(-1)  # (B,) max row sum
-    denom = (norm_1 * norm_inf)[..., None, None] if per_matrix else norm_1.max() * norm_inf.max()
-    return a.mT / denom  # (B, m, m)
-
-
 def reference_pinv(a: torch.Tensor, iterations: int, per_matrix: bool) -> torch.Tensor:
-    """Z_K for square ``a`` (..., m, m): the paper's iterations in plain ops, autograd through all of them."""
-    return run_iterations(a, iterations, per_matrix, None)
+    """Z_K for square ``a`` (..., m, m): the paper's iterations in plain ops, autograd through all of them.
 
-
-def run_iterations(
-    a: torch.Tensor, iterations: int, per_matrix: bool, iterates: torch.Tensor | None
-) -> torch.Tensor:
-    """Z_K; with ``iterates`` (..., K, m, m) given, Z_0 … Z_{K-1} are written into it for the backward."""
-    z = initial_iterate(a, per_matrix)
-    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-    for k in range(iterations):
-        if iterates is not None:
-            iterates[..., k, :, :] = z
-        az = a @ z
+    ``per_matrix=False`` divides by the largest ‖A‖₁ and the largest ‖A‖∞ over every matrix in ``a``."""
+    magnitude = a.abs()  # (B, m, m)
+    col_sums = magnitude.sum(-2).amax(-1)  # (B,) ‖A‖₁, the largest column sum
+    row_sums = magnitude.sum(-1).amax(-1)  # (B,) ‖A‖∞, the largest row sum
+    if per_matrix:
+        z = a.mT / (col_sums * row_sums)[..., None, None]  # (B, m, m) Z₀
+    else:
+        z = a.mT / (col_sums.max() * row_sums.max())  # (B, m, m) Z₀, one scale for the whole batch
+    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)  # (m, m)
+    for _ in range(iterations):
+        az = a @ z  # (B, m, m)
         z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
     return z

@@ -1,11 +1,12 @@
-"""``nystrom::iterative_pinv``: the iterative pseudo-inverse of :mod:`nystrom.ops.pinv.naive` as one op.
+"""``nystrom::iterative_pinv``: the pseudo-inverse iterations of :mod:`nystrom.ops.pinv.iterations` as one op.
 
 Legend: B batch dims (b, h), m landmarks, K iterations; Z_k the iterate before step k (Z₀ the start).
 
 Why an op: traced op by op, the 6 paper iterations are ~75 launches forward and ~117 backward per layer,
 which on a GPU cost more than their FLOPs. As a ``torch.library`` custom op it is one launch forward on
-CUDA (the Triton kernel of :mod:`nystrom.ops.pinv.triton`, float32, m ≤ 128, per-matrix Z₀) and
-the reference iterations elsewhere; its fake kernel lets ``torch.compile`` and the meta device trace it.
+CUDA (the Triton kernel of :mod:`nystrom.ops.pinv.triton`, float32, m ≤ 128, per-matrix Z₀) and the
+plain-ops iterations of :mod:`nystrom.ops.pinv.iterations` elsewhere; its fake kernel lets
+``torch.compile`` and the meta device trace it.
 
 The backward is written out (reverse mode through the K steps): with Y = A Z_k, P = 7I − Y,
 Q = 15I − Y P, R = 13I − Y Q and Z_{k+1} = ¼ Z_k R, a gradient G of Z_{k+1} gives
@@ -25,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from nystrom.ops.pinv import triton as pinv_triton
-from nystrom.ops.pinv.naive import initial_iterate, run_iterations
+from nystrom.ops.pinv.iterations import initial_iterate, run_iterations
 from nystrom.utils.amp import autocast_off
 
 

@@ -87,8 +87,10 @@ def shared(
 def adopt(t: torch.Tensor) -> torch.Tensor:
     """Admit ``t`` (a tensor derived inside the current block, e.g. the documents' mask) to the block, so
     that what it determines is shared as the block's own mask's is. Returns ``t``; outside a block, a no-op."""
+    if torch.compiler.is_compiling():  # checked first: dynamo cannot trace a ContextVar
+        return t
     block = _BLOCK.get()
-    if block is not None and not torch.compiler.is_compiling():
+    if block is not None:
         block.admitted[id(t)] = (t, _version(t))
     return t
 

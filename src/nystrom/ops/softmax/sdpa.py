@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from nystrom.ops.plan import run_packed
 from nystrom.utils.checks import (
     check_bool,
     check_mask,
@@ -41,6 +42,8 @@ def softmax_attention(
     mask: torch.Tensor | None = None,
     scale: float | None = None,
     padded_finite: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
 ) -> torch.Tensor:
     """Exact softmax attention (SDPA): q, k (b, h, n, d), v (b, h, n, dv) -> (b, h, n, dv).
 
@@ -49,9 +52,19 @@ def softmax_attention(
     of zeroed inputs), so they need not be zeroed: a padded key's probability is an exact 0, and 0 times a
     finite value is 0 (saves three masked fills a call, forward and backward: launches on a GPU; on the
     CPU the fills run anyway, as the layout copies that SDPA's CPU kernel is faster with).
+    ``cu_seqlens``, ``max_seqlen``: packed documents, each attending only to itself, as in
+    :func:`~nystrom.ops.nystrom.dispatch.nystrom_attention` (every document a sample of its own).
     """
     b, h, n, d, _ = check_qkv(q, k, v)
     mask = check_mask(mask, b, n, q.device)
+    if cu_seqlens is not None:
+
+        def attend(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor, md: torch.Tensor) -> torch.Tensor:
+            return softmax_attention(qd, kd, vd, mask=md, scale=scale, padded_finite=padded_finite)
+
+        return run_packed(attend, q, k, v, mask=mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
+    if max_seqlen is not None:
+        raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
     # The op's one device question. On the CPU the fills stay: they also lay the head views out
     # contiguously, and SDPA's CPU kernel runs strided head views about 8 % slower (MiniLM size, 4K
     # tokens). On an accelerator its kernel takes the views as they are, and the fills are launches only.
