@@ -2,7 +2,8 @@
 and the lab ``nystrom_lab``): no import circles (every import statement counts, function-local and
 ``TYPE_CHECKING`` ones included), the library's imports point downward through its layers, the library
 never imports the lab, each op or layer piece asks the CPU/accelerator question in one dispatch function,
-each op folder with a reference keeps it in ``naive.py``, and no file over 300 lines."""
+each op folder with a reference keeps it in ``naive.py``, a leaf that no module of either package
+imports (only the tests do), and no file over 300 lines."""
 
 from __future__ import annotations
 
@@ -217,6 +218,34 @@ def test_each_op_keeps_one_plain_reference():
         p for p in ops.rglob("*.py") if p.stem in ("naive", "reference") and p.parent.name not in REFERENCES
     ]
     assert named == []
+
+
+def naive_importers(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> nystrom.ops.<op>.naive`` for every module that imports an op's reference."""
+    return [
+        f"{src} -> {dst}"
+        for src, edges in sorted(graph.items())
+        for dst in sorted(edges)
+        if dst.startswith("nystrom.ops.") and dst.endswith(".naive")
+    ]
+
+
+def test_the_references_are_leaves_only_the_tests_import():
+    """A reference that the code also runs checks itself: the tests could no longer catch a change to it.
+    So no module under src/ (library or lab) imports an op's ``naive.py``; the implementations keep
+    their own copy (pinv's CPU path is ``iterations.py``)."""
+    graph = import_graph()
+    assert {f"nystrom.ops.{op}.naive" for op in REFERENCES} <= set(graph)  # the rule looks at the real files
+    offenders = naive_importers(graph)
+    assert offenders == [], "modules importing an op's naive.py reference: " + "; ".join(offenders)
+
+
+def test_the_reference_checker_finds_an_importer():
+    graph = {"nystrom.ops.pinv.dispatch": {"nystrom.ops.pinv.naive", "nystrom.ops.pinv.op"},
+             "nystrom_lab.bench.x": {"nystrom.ops.conv.naive"}, "nystrom.ops.pinv.naive": set()}  # fmt: skip
+    assert naive_importers(graph) == [
+        "nystrom.ops.pinv.dispatch -> nystrom.ops.pinv.naive", "nystrom_lab.bench.x -> nystrom.ops.conv.naive"
+    ]  # fmt: skip
 
 
 def test_library_folder_holds_only_library_code():

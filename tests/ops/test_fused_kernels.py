@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nystrom import NystromAttention, nystrom_attention
-from nystrom.ops.conv import reference_conv_skip
+from nystrom.ops.conv.naive import reference_conv_skip
 from nystrom.ops.nystrom import fused
 from nystrom.ops.nystrom.fused import LAUNCHES, fused_kernels
 from nystrom.ops.nystrom.fused import backward as fused_backward
