@@ -243,3 +243,13 @@ def test_other_misuse_raises():
     mask[0, :4] = False  # document 0 is all padding
     with pytest.raises(ValueError, match="document 0 .* has no real token"):
         nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu, mask=mask)
+
+
+def test_like_lengths_group_documents_on_the_cpu():
+    """Documents of like lengths share one padded batch; an unlike one starts its own (less padding)."""
+    assert documents.like_lengths([4096, 700, 13, 2000, 3900]) == [[0, 4], [3], [1], [2]]
+    assert documents.like_lengths([300, 100, 60, 1]) == [[0, 1, 2, 3]]  # within GROUP_SLACK tokens: one batch
+    cu = _offsets([4096, 700, 13, 2000, 3900])
+    q = torch.zeros(1, 1, int(cu[-1]), 4)
+    plan = documents.packed_plan(cu, None, 1, q.shape[2], q.device)
+    assert [(g.mask.shape[0], g.length) for g in plan.groups] == [(2, 4096), (1, 2000), (1, 700), (1, 13)]

@@ -189,9 +189,11 @@ class AttentionBase(nn.Module):
         """:meth:`attend` on packed rows, heads (b, g, n, d) -> merged (b, n, g·d): every document as a
         sample of its own (``mask`` is in ``documents``, which was built from it)."""
         b, _, n, _ = q.shape
-        qd, kd, vd = (to_documents(t, documents) for t in (q, k, v))  # (D, g, L, d)
-        o = self.attend(qd, kd, vd, documents.mask, conv_weight)  # (D, L, g·d)
-        return rows_from_documents(o, documents, b, n)  # (b, n, g·d)
+        outs = [
+            self.attend(*(to_documents(t, group) for t in (q, k, v)), group.mask, conv_weight)  # (G, L, g·d)
+            for group in documents.groups
+        ]
+        return rows_from_documents(outs, documents, b, n)  # (b, n, g·d)
 
     def attend(
         self,

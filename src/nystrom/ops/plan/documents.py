@@ -6,8 +6,8 @@ document), h heads, d head dim, f features of a token row.
 The canonical form is FlashAttention's ``cu_seqlens``: int32 or int64 (D + 1,), the offsets of the
 documents in the N tokens read row after row, so document i is tokens [cu_seqlens[i], cu_seqlens[i + 1])
 of the flattened batch. Every row starts a document (none runs from one row into the next). transformers'
-per-token forms, ``seq_idx`` and position ids restarting at each document, become it in one place
-(:func:`document_ids_from_positions`, then :func:`cu_seqlens_from_document_ids`).
+per-call forms (``cu_seq_lens_q``/``cu_seq_lens_k``, ``seq_idx``, position ids restarting at each document)
+become it in one place, :func:`packed_cu_seqlens`, which the models and ``attn_implementation="nystrom"`` call.
 
 How a packed call runs (:func:`run_packed`): the documents become a batch of their own, (D, L) with a
 padding mask, and the very same attention runs on it. Padding is exact on every path (the CPU kernels,
@@ -15,7 +15,9 @@ the accelerator path, the traceable path and the fused kernels), so every docume
 alone, with its own landmarks by the same segment rule, and the fused op's launches per call do not
 change. The cost: two row gathers, D·L instead of N token rows inside the attention (equal when the
 documents are of one length), and what "its own landmarks" means for Nyström attention: one m×m kernel
-and pseudo-inverse per document.
+and pseudo-inverse per document. On the CPU, where the lengths are on the host anyway, documents of
+unlike lengths go in groups of like ones (:data:`GROUP_RATIO`, :data:`GROUP_SLACK`), one padded batch
+each, so little padding is computed; elsewhere one batch, so the launches per call stay those of one call.
 """
 
 from __future__ import annotations
@@ -28,14 +30,25 @@ import torch
 from nystrom.ops.plan.shared import adopt, shared
 from nystrom.utils.checks import check_positive_int, value_checks_enabled
 
+#: on the CPU a document joins the group of the longest ones left if it is at least this share of its
+#: length, or at most :data:`GROUP_SLACK` tokens shorter; else it starts a group of its own
+GROUP_RATIO = 0.8
+GROUP_SLACK = 256
+
+
+class Group(NamedTuple):
+    """G documents as a batch of their own, padded to L slots (the longest of them)."""
+
+    index: torch.Tensor  # (G·L,) int64: the token (of the N) in each slot; a slot past its document's end repeats its first token
+    mask: torch.Tensor  # (G, L) bool: real tokens (inside the document and real in the padding mask)
+    length: int  # L
+
 
 class Documents(NamedTuple):
-    """Where every document's tokens are, as a (D, L) batch of its own."""
+    """Where every document's tokens are: its group's batch, and every token's slot in the groups' rows."""
 
-    index: torch.Tensor  # (D·L,) int64: the token (of the N) in each slot; a slot past its document's end repeats its first token
-    slots: torch.Tensor  # (N,) int64: each token's slot
-    mask: torch.Tensor  # (D, L) bool: real tokens (inside the document and real in the padding mask)
-    length: int  # L
+    groups: tuple[Group, ...]
+    slots: torch.Tensor  # (N,) int64: each token's row in the groups' (Σ G·L) output rows, in group order
 
 
 def check_cu_seqlens(
@@ -49,6 +62,13 @@ def check_cu_seqlens(
     forward on an accelerator, where models compute the plan once for all layers); under ``torch.compile``
     without ``max_seqlen``, the row length n (exact, at the cost of D·n token rows).
     """
+    return _check(cu_seqlens, b, n, device, max_seqlen=max_seqlen)[0]
+
+
+def _check(
+    cu_seqlens: torch.Tensor, b: int, n: int, device: torch.device, *, max_seqlen: int | None
+) -> tuple[int, list[int] | None]:
+    """:func:`check_cu_seqlens`'s L, and the documents' lengths where they were read (else None)."""
     if not isinstance(cu_seqlens, torch.Tensor):
         raise TypeError(
             f"cu_seqlens must be an int32 tensor of document offsets, got {type(cu_seqlens).__name__}"
@@ -68,10 +88,10 @@ def check_cu_seqlens(
         check_positive_int("max_seqlen", max_seqlen)
     if not value_checks_enabled(cu_seqlens):
         if max_seqlen is not None:
-            return min(max_seqlen, n)
+            return min(max_seqlen, n), None
         if torch.compiler.is_compiling() or cu_seqlens.device.type == "meta":
-            return n
-        return int((cu_seqlens[1:] - cu_seqlens[:-1]).max())  # one host read per plan
+            return n, None
+        return int((cu_seqlens[1:] - cu_seqlens[:-1]).max()), None  # one host read per plan
     offsets = cu_seqlens.tolist()
     total = b * n
     if offsets[0] != 0 or offsets[-1] != total:
@@ -98,35 +118,65 @@ def check_cu_seqlens(
     if max_seqlen is not None and max_seqlen < longest:
         i = lengths.index(longest)
         raise ValueError(f"max_seqlen={max_seqlen} is shorter than document {i} ({longest} tokens)")
-    return longest
+    return longest, lengths
+
+
+def like_lengths(lengths: list[int]) -> list[list[int]]:
+    """Documents (indices) in groups of like lengths, longest first (see :data:`GROUP_RATIO`)."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda j: -lengths[j]):
+        top = lengths[groups[-1][0]] if groups else 0
+        if groups and (lengths[i] >= GROUP_RATIO * top or top - lengths[i] <= GROUP_SLACK):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def document_plan(
-    cu_seqlens: torch.Tensor, mask: torch.Tensor | None, b: int, n: int, length: int, *, trusted: bool
+    cu_seqlens: torch.Tensor,
+    mask: torch.Tensor | None,
+    b: int,
+    n: int,
+    length: int,
+    *,
+    trusted: bool,
+    groups: list[tuple[list[int], int]] | None = None,
 ) -> Documents:
-    """The :class:`Documents` of checked ``cu_seqlens`` with L = ``length``; ``mask`` (b, n) bool or None.
+    """The :class:`Documents` of checked ``cu_seqlens``; ``mask`` (b, n) bool or None. ``groups``: the
+    documents (indices) of each group and its L, or None: all of them in one group of L = ``length``.
     ``trusted``: ``length`` came from the values themselves (else a device-side assert guards it)."""
     device = cu_seqlens.device
     cu = cu_seqlens.long()
     starts, lengths = cu[:-1], cu[1:] - cu[:-1]  # (D,), (D,)
-    offset = torch.arange(length, device=device)  # (L,)
-    inside = offset < lengths[:, None]  # (D, L)
-    index = torch.where(inside, starts[:, None] + offset, starts[:, None])  # (D, L)
-    real = inside if mask is None else inside & mask.reshape(-1)[index]  # (D, L)
+    flat = None if mask is None else mask.reshape(-1)  # (N,)
+    parts, base = [], 0
+    slot_start = torch.empty_like(starts)  # (D,) each document's first row in the groups' output rows
+    for docs, size in [(None, length)] if groups is None else groups:
+        pick = slice(None) if docs is None else torch.tensor(docs, device=device)
+        s, ls = starts[pick], lengths[pick]  # (G,)
+        offset = torch.arange(size, device=device)  # (L,)
+        inside = offset < ls[:, None]  # (G, L)
+        index = torch.where(inside, s[:, None] + offset, s[:, None])  # (G, L)
+        real = inside if flat is None else inside & flat[index]  # (G, L)
+        slot_start[pick] = base + torch.arange(s.shape[0], device=device) * size
+        base += s.shape[0] * size
+        parts.append(Group(index.reshape(-1), real, size))
     token = torch.arange(b * n, device=device)  # (N,)
     doc = torch.searchsorted(cu[1:], token, right=True)  # (N,) the document of each token
     within = token - starts[doc]  # (N,) position inside its document
     if not trusted and device.type not in ("cpu", "meta") and not torch.compiler.is_compiling():
         torch._assert_async((within < length).all(), "max_seqlen is shorter than a document of cu_seqlens")
-    if mask is not None and value_checks_enabled(real):
-        empty = (~real.any(-1)).nonzero().flatten().tolist()
+    if flat is not None and value_checks_enabled(flat):
+        real_tokens = torch.zeros_like(starts).index_add_(0, doc, flat.long())  # (D,)
+        empty = (real_tokens == 0).nonzero().flatten().tolist()
         if empty:
             i = empty[0]
             raise ValueError(
                 f"document {i} (tokens [{int(cu[i])}, {int(cu[i + 1])})) has no real token: the mask "
                 "marks all of it as padding. Give padding to a document with real tokens (after its end)"
             )
-    return Documents(index.reshape(-1), doc * length + within, real, length)
+    return Documents(tuple(parts), slot_start[doc] + within)
 
 
 def packed_plan(
@@ -137,33 +187,39 @@ def packed_plan(
     ``cu_seqlens`` and ``mask``; its mask is adopted by the block (what it determines is shared too)."""
 
     def compute() -> Documents:
-        length = check_cu_seqlens(cu_seqlens, b, n, device, max_seqlen=max_seqlen)
-        trusted = max_seqlen is None or value_checks_enabled(cu_seqlens)
-        return document_plan(cu_seqlens, mask, b, n, length, trusted=trusted)
+        length, lengths = _check(cu_seqlens, b, n, device, max_seqlen=max_seqlen)
+        trusted = max_seqlen is None or lengths is not None
+        groups = None
+        if lengths is not None and cu_seqlens.device.type == "cpu":  # on the host already: group like lengths
+            groups = [(docs, lengths[docs[0]]) for docs in like_lengths(lengths)]
+        return document_plan(cu_seqlens, mask, b, n, length, trusted=trusted, groups=groups)
 
     plan = shared((cu_seqlens, mask), ("documents", b, n, max_seqlen), compute)
-    adopt(plan.mask)
+    for group in plan.groups:
+        adopt(group.mask)
     return plan
 
 
-def to_documents(x: torch.Tensor, plan: Documents) -> torch.Tensor:
-    """(b, h, n, d) -> (D, h, L, d): one gather of the (N, h·d) token rows (a view for head views of a
-    token-major projection), returned as head views of the (D, L, h, d) rows."""
+def to_documents(x: torch.Tensor, group: Group) -> torch.Tensor:
+    """(b, h, n, d) -> (G, h, L, d): one gather of the (N, h·d) token rows (a view for head views of a
+    token-major projection), returned as head views of the (G, L, h, d) rows."""
     b, h, n, d = x.shape
     rows = x.transpose(1, 2).reshape(b * n, h * d)  # (N, h·d)
-    return rows.index_select(0, plan.index).view(-1, plan.length, h, d).transpose(1, 2)  # (D, h, L, d)
+    return rows.index_select(0, group.index).view(-1, group.length, h, d).transpose(1, 2)  # (G, h, L, d)
 
 
-def from_documents(y: torch.Tensor, plan: Documents, b: int, n: int) -> torch.Tensor:
-    """(D, h, L, dv) -> (b, h, n, dv), every token's row from its slot (head views of (b, n, h, dv))."""
-    _, h, _, dv = y.shape
-    rows = y.transpose(1, 2).reshape(-1, h * dv)  # (D·L, h·dv)
-    return rows.index_select(0, plan.slots).view(b, n, h, dv).transpose(1, 2)  # (b, h, n, dv)
+def rows_from_documents(ys: list[torch.Tensor], plan: Documents, b: int, n: int) -> torch.Tensor:
+    """Every group's (G, L, f) outputs -> (b, n, f): each token's row from its slot."""
+    rows = [y.reshape(-1, y.shape[-1]) for y in ys]  # (G·L, f) each
+    rows = rows[0] if len(rows) == 1 else torch.cat(rows)  # (Σ G·L, f)
+    return rows.index_select(0, plan.slots).view(b, n, -1)  # (b, n, f)
 
 
-def rows_from_documents(y: torch.Tensor, plan: Documents, b: int, n: int) -> torch.Tensor:
-    """(D, L, f) -> (b, n, f): merged-head outputs back in their rows."""
-    return y.reshape(-1, y.shape[-1]).index_select(0, plan.slots).view(b, n, -1)  # (b, n, f)
+def from_documents(ys: list[torch.Tensor], plan: Documents, b: int, n: int) -> torch.Tensor:
+    """Every group's (G, h, L, dv) outputs -> (b, h, n, dv) (head views of (b, n, h, dv))."""
+    h, dv = ys[0].shape[1], ys[0].shape[3]
+    merged = rows_from_documents([y.transpose(1, 2).flatten(2) for y in ys], plan, b, n)  # (b, n, h·dv)
+    return merged.view(b, n, h, dv).transpose(1, 2)  # (b, h, n, dv)
 
 
 def run_packed(
@@ -180,10 +236,11 @@ def run_packed(
     -> (b, h, n, dv), each document's rows exactly what ``attend`` gives it alone."""
     b, _, n, _ = q.shape
     plan = packed_plan(cu_seqlens, mask, b, n, q.device, max_seqlen=max_seqlen)
-    out = attend(
-        to_documents(q, plan), to_documents(k, plan), to_documents(v, plan), plan.mask
-    )  # (D, h, L, dv)
-    return from_documents(out, plan, b, n)
+    outs = [
+        attend(to_documents(q, g), to_documents(k, g), to_documents(v, g), g.mask)  # (G, h, L, dv)
+        for g in plan.groups
+    ]
+    return from_documents(outs, plan, b, n)
 
 
 def document_ids_from_positions(position_ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -221,3 +278,79 @@ def cu_seqlens_from_document_ids(document_ids: torch.Tensor) -> torch.Tensor:
     offsets = starts.reshape(-1).nonzero().flatten()  # (D,)
     end = torch.tensor([b * n], dtype=offsets.dtype, device=offsets.device)
     return torch.cat((offsets, end)).to(torch.int32)
+
+
+@torch.compiler.disable  # the number of documents is a shape read from the values: no graph can hold it
+def _derived_cu_seqlens(document_ids: torch.Tensor) -> torch.Tensor | None:
+    """``cu_seqlens`` of (b, n) document ids, or None when every row is one document (one host read)."""
+    cu_seqlens = cu_seqlens_from_document_ids(document_ids)
+    return None if cu_seqlens.numel() - 1 == document_ids.shape[0] else cu_seqlens
+
+
+def _one_of(name: str, q: object, k: object) -> object:
+    """``q`` and ``k`` (a query and a key form, either may be None) as one: self-attention has one set of
+    documents for queries and keys, so two given must be one object or equal (values read per
+    :func:`~nystrom.utils.checks.value_checks_enabled`)."""
+    if q is None or k is None or q is k:
+        return k if q is None else q
+    if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor):
+        same = q.shape == k.shape and (not value_checks_enabled(q) or torch.equal(q, k.to(q)))
+    else:
+        same = q == k
+    if not same:
+        show = lambda t: t.tolist() if isinstance(t, torch.Tensor) else t  # noqa: E731
+        raise ValueError(
+            f"{name}_q={show(q)} and {name}_k={show(k)} differ: this is self-attention (every document "
+            "attends to itself), so queries and keys have the same documents; give both the same value"
+        )
+    return q
+
+
+def packed_cu_seqlens(
+    b: int,
+    n: int,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    seq_idx: torch.Tensor | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    cu_seq_lens_k: torch.Tensor | None = None,
+    max_length_q: int | None = None,
+    max_length_k: int | None = None,
+) -> tuple[torch.Tensor | None, int | None]:
+    """The packed documents of a self-attention call over b rows of n tokens, from transformers' keywords
+    (``DataCollatorWithFlattening``'s), as ``(cu_seqlens, max_seqlen)``; ``(None, None)``: not packed.
+
+    The first form given decides: ``cu_seq_lens_q``/``cu_seq_lens_k`` (FlashAttention's offsets, passed
+    on as given, with ``max_length_q``/``max_length_k`` as ``max_seqlen``; the q and k forms must be one
+    object or equal); ``seq_idx`` (b, n), each token's document; or ``position_ids`` (b, n) or (1, n)
+    restarting at each document (:func:`document_ids_from_positions`, with ``attention_mask`` (b, n)
+    bool, True = real token: padding never starts a document). The last two cost one host read (the number
+    of documents is a shape; under ``torch.compile``, a graph break) and give ``(None, None)`` when every
+    row is one document, as the unpacked call is the same. Raises ``ValueError`` on a malformed form."""
+    max_seqlen = _one_of("max_length", max_length_q, max_length_k)
+    if max_seqlen is not None:
+        check_positive_int("max_length_q", max_seqlen)
+    cu_seqlens = _one_of("cu_seq_lens", cu_seq_lens_q, cu_seq_lens_k)
+    if cu_seqlens is not None:
+        return cu_seqlens, max_seqlen  # type: ignore[return-value]  (checked by check_cu_seqlens)
+    if max_seqlen is not None:
+        raise ValueError(
+            "max_length_q is the longest packed document's length: give it with cu_seq_lens_q (and "
+            "cu_seq_lens_k), the documents' offsets"
+        )
+    for name, ids, rows in (("seq_idx", seq_idx, (b,)), ("position_ids", position_ids, (b, 1))):
+        if ids is None:
+            continue
+        shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else None
+        if shape is None or len(shape) != 2 or shape[1] != n or shape[0] not in rows:
+            want = " or ".join(f"({r}, {n})" for r in dict.fromkeys(rows))
+            raise ValueError(
+                f"{name} must have shape (batch, tokens) = {want}, got {shape or type(ids).__name__}"
+            )
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {ids.dtype}")
+        if name == "position_ids":
+            ids = document_ids_from_positions(ids.expand(b, n), attention_mask)  # (b, n)
+        return _derived_cu_seqlens(ids), None
+    return None, None
