@@ -237,6 +237,8 @@ def test_other_misuse_raises():
         nystrom_attention(q, q, q, num_landmarks=4, max_seqlen=5)
     with pytest.raises(TypeError, match="int32"):
         nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu.float())
+    with pytest.raises(ValueError, match="segments='front_padded'"):
+        nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu, segments="front_padded")
     with pytest.raises(ValueError, match="causal=True is not supported"):
         nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu, causal=True)
     mask = torch.ones(2, 10, dtype=torch.bool)
@@ -253,3 +255,8 @@ def test_like_lengths_group_documents_on_the_cpu():
     q = torch.zeros(1, 1, int(cu[-1]), 4)
     plan = documents.packed_plan(cu, None, 1, q.shape[2], q.device)
     assert [(g.mask.shape[0], g.length) for g in plan.groups] == [(2, 4096), (1, 2000), (1, 700), (1, 13)]
+    # consecutive documents of one length are slices of the row, and groups of them need no gather back
+    plan = documents.packed_plan(_offsets([2600, 1496]), None, 1, 4096, q.device)
+    assert plan.in_order and [(g.start, g.length) for g in plan.groups] == [(0, 2600), (2600, 1496)]
+    plan = documents.packed_plan(_offsets([1024] * 4), None, 1, 4096, q.device)
+    assert plan.in_order and [(g.start, g.mask.shape[0]) for g in plan.groups] == [(0, 4)]

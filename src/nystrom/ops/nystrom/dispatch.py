@@ -95,11 +95,20 @@ def nystrom_attention(
     mask, scale = check_options(
         q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
     )
+    if cu_seqlens is not None and segments != "balanced":
+        raise ValueError(
+            f"segments={segments!r} (lucidrains' layout) places landmarks by the row's length, so packed "
+            "documents padded to a common length would not get their own landmarks; pack with "
+            "segments='balanced' (the default), or run the documents one by one"
+        )
     if cu_seqlens is not None:  # every document as a sample of its own: exact on every path below
 
         def attend(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor, md: torch.Tensor) -> torch.Tensor:
+            # Documents of at most L ≤ m tokens have every token as a landmark of its own, and the unused
+            # landmarks drop out exactly (an identity block of A): L landmarks give the same answer as m,
+            # for an L×L pseudo-inverse per document instead of m×m.
             return nystrom_attention(
-                qd, kd, vd, num_landmarks=num_landmarks, mask=md, pinv_iterations=pinv_iterations, pinv=pinv,
+                qd, kd, vd, num_landmarks=min(num_landmarks, qd.shape[2]), mask=md, pinv_iterations=pinv_iterations, pinv=pinv,
                 pinv_init=pinv_init, segments=segments, scale=scale, padded_finite=padded_finite,
                 conv_weight=conv_weight,
             )  # fmt: skip
@@ -111,8 +120,15 @@ def nystrom_attention(
     if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
         with autocast_off(q.device.type):  # the op runs in the inputs' dtype
             out = fused.fused_attention(
-                q, k, v, num_landmarks=num_landmarks, mask=mask, pinv_iterations=pinv_iterations,
-                segments=segments, scale=scale, conv_taps=taps,
+                q,
+                k,
+                v,
+                num_landmarks=num_landmarks,
+                mask=mask,
+                pinv_iterations=pinv_iterations,
+                segments=segments,
+                scale=scale,
+                conv_taps=taps,
             )  # fmt: skip  (padded positions are never read: no zeroing needed)
         return first_order_only(out, "nystrom_attention")
     # the conv skip reads padded v as 0: zeroed below unless padded_finite, then here for the conv alone

@@ -7,7 +7,7 @@ The canonical form is FlashAttention's ``cu_seqlens``: int32 or int64 (D + 1,), 
 documents in the N tokens read row after row, so document i is tokens [cu_seqlens[i], cu_seqlens[i + 1])
 of the flattened batch. Every row starts a document (none runs from one row into the next). transformers'
 per-call forms (``cu_seq_lens_q``/``cu_seq_lens_k``, ``seq_idx``, position ids restarting at each document)
-become it in one place, :func:`packed_cu_seqlens`, which the models and ``attn_implementation="nystrom"`` call.
+become it in one place, :mod:`nystrom.ops.plan.forms`.
 
 How a packed call runs (:func:`run_packed`): the documents become a batch of their own, (D, L) with a
 padding mask, and the very same attention runs on it. Padding is exact on every path (the CPU kernels,
@@ -22,6 +22,7 @@ each, so little padding is computed; elsewhere one batch, so the launches per ca
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -42,6 +43,7 @@ class Group(NamedTuple):
     index: torch.Tensor  # (G·L,) int64: the token (of the N) in each slot; a slot past its document's end repeats its first token
     mask: torch.Tensor  # (G, L) bool: real tokens (inside the document and real in the padding mask)
     length: int  # L
+    start: int | None = None  # where G documents of exactly L tokens follow each other: their first token
 
 
 class Documents(NamedTuple):
@@ -49,6 +51,9 @@ class Documents(NamedTuple):
 
     groups: tuple[Group, ...]
     slots: torch.Tensor  # (N,) int64: each token's row in the groups' (Σ G·L) output rows, in group order
+    in_order: bool = (
+        False  # the groups' rows, one after the other, are the N tokens in order (no gather back)
+    )
 
 
 def check_cu_seqlens(
@@ -133,6 +138,20 @@ def like_lengths(lengths: list[int]) -> list[list[int]]:
     return groups
 
 
+def _host_groups(lengths: list[int]) -> tuple[list[tuple[list[int], int, int | None]], bool]:
+    """:func:`like_lengths`' groups as (documents, L, first token or None), and whether they are in order.
+    A group of consecutive documents of one length is a slice of the tokens (no gather, no padding); when
+    every group is one, they go in token order and the outputs need no gather back either."""
+    starts = [0, *itertools.accumulate(lengths)]
+    groups = []
+    for docs in like_lengths(lengths):  # ascending within a group (a stable sort of equal lengths)
+        size = lengths[docs[0]]
+        run = docs == list(range(docs[0], docs[0] + len(docs))) and all(lengths[i] == size for i in docs)
+        groups.append((docs, size, starts[docs[0]] if run else None))
+    in_order = all(first is not None for _, _, first in groups)
+    return (sorted(groups, key=lambda g: g[0][0]) if in_order else groups), in_order
+
+
 def document_plan(
     cu_seqlens: torch.Tensor,
     mask: torch.Tensor | None,
@@ -141,10 +160,13 @@ def document_plan(
     length: int,
     *,
     trusted: bool,
-    groups: list[tuple[list[int], int]] | None = None,
+    groups: list[tuple[list[int], int, int | None]] | None = None,
+    in_order: bool = False,
 ) -> Documents:
     """The :class:`Documents` of checked ``cu_seqlens``; ``mask`` (b, n) bool or None. ``groups``: the
-    documents (indices) of each group and its L, or None: all of them in one group of L = ``length``.
+    documents (indices) of each group, its L and its first token where its documents are consecutive and
+    of length L (:attr:`Group.start`), or None: all of them in one group of L = ``length``; ``in_order``:
+    the groups' rows are the tokens in order (:attr:`Documents.in_order`).
     ``trusted``: ``length`` came from the values themselves (else a device-side assert guards it)."""
     device = cu_seqlens.device
     cu = cu_seqlens.long()
@@ -152,7 +174,7 @@ def document_plan(
     flat = None if mask is None else mask.reshape(-1)  # (N,)
     parts, base = [], 0
     slot_start = torch.empty_like(starts)  # (D,) each document's first row in the groups' output rows
-    for docs, size in [(None, length)] if groups is None else groups:
+    for docs, size, first in [(None, length, None)] if groups is None else groups:
         pick = slice(None) if docs is None else torch.tensor(docs, device=device)
         s, ls = starts[pick], lengths[pick]  # (G,)
         offset = torch.arange(size, device=device)  # (L,)
@@ -161,7 +183,7 @@ def document_plan(
         real = inside if flat is None else inside & flat[index]  # (G, L)
         slot_start[pick] = base + torch.arange(s.shape[0], device=device) * size
         base += s.shape[0] * size
-        parts.append(Group(index.reshape(-1), real, size))
+        parts.append(Group(index.reshape(-1), real, size, first))
     token = torch.arange(b * n, device=device)  # (N,)
     doc = torch.searchsorted(cu[1:], token, right=True)  # (N,) the document of each token
     within = token - starts[doc]  # (N,) position inside its document
@@ -176,7 +198,7 @@ def document_plan(
                 f"document {i} (tokens [{int(cu[i])}, {int(cu[i + 1])})) has no real token: the mask "
                 "marks all of it as padding. Give padding to a document with real tokens (after its end)"
             )
-    return Documents(tuple(parts), slot_start[doc] + within)
+    return Documents(tuple(parts), slot_start[doc] + within, in_order)
 
 
 def packed_plan(
@@ -189,10 +211,12 @@ def packed_plan(
     def compute() -> Documents:
         length, lengths = _check(cu_seqlens, b, n, device, max_seqlen=max_seqlen)
         trusted = max_seqlen is None or lengths is not None
-        groups = None
+        groups, in_order = None, False
         if lengths is not None and cu_seqlens.device.type == "cpu":  # on the host already: group like lengths
-            groups = [(docs, lengths[docs[0]]) for docs in like_lengths(lengths)]
-        return document_plan(cu_seqlens, mask, b, n, length, trusted=trusted, groups=groups)
+            groups, in_order = _host_groups(lengths)
+        return document_plan(
+            cu_seqlens, mask, b, n, length, trusted=trusted, groups=groups, in_order=in_order
+        )
 
     plan = shared((cu_seqlens, mask), ("documents", b, n, max_seqlen), compute)
     for group in plan.groups:
@@ -205,13 +229,19 @@ def to_documents(x: torch.Tensor, group: Group) -> torch.Tensor:
     token-major projection), returned as head views of the (G, L, h, d) rows."""
     b, h, n, d = x.shape
     rows = x.transpose(1, 2).reshape(b * n, h * d)  # (N, h·d)
-    return rows.index_select(0, group.index).view(-1, group.length, h, d).transpose(1, 2)  # (G, h, L, d)
+    if group.start is not None:  # consecutive documents of length L: a slice, no copy
+        picked = rows.narrow(0, group.start, group.mask.shape[0] * group.length)  # (G·L, h·d)
+    else:
+        picked = rows.index_select(0, group.index)  # (G·L, h·d)
+    return picked.view(-1, group.length, h, d).transpose(1, 2)  # (G, h, L, d)
 
 
 def rows_from_documents(ys: list[torch.Tensor], plan: Documents, b: int, n: int) -> torch.Tensor:
     """Every group's (G, L, f) outputs -> (b, n, f): each token's row from its slot."""
     rows = [y.reshape(-1, y.shape[-1]) for y in ys]  # (G·L, f) each
     rows = rows[0] if len(rows) == 1 else torch.cat(rows)  # (Σ G·L, f)
+    if plan.in_order:  # the groups' rows are the tokens in order
+        return rows.view(b, n, -1)  # (b, n, f)
     return rows.index_select(0, plan.slots).view(b, n, -1)  # (b, n, f)
 
 
@@ -241,116 +271,3 @@ def run_packed(
         for g in plan.groups
     ]
     return from_documents(outs, plan, b, n)
-
-
-def document_ids_from_positions(position_ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """(b, n) position ids restarting at every document (transformers' packing) -> (b, n) document ids.
-
-    A real token starts a document where its position id is not the previous real token's + 1
-    (transformers' rule, ``find_packed_sequence_indices``), and the first real token of a row does too.
-    Padding (``mask`` False) never starts one: it stays with the document before it (the first one,
-    before a row's first real token), which the mask hides, so a padded batch's position ids (repeated
-    or arbitrary at padding) split nothing. Elementwise, no host read."""
-    b, n = position_ids.shape
-    real = torch.ones_like(position_ids, dtype=torch.bool) if mask is None else mask
-    at = torch.arange(n, device=position_ids.device).expand(b, n)
-    last_real = torch.where(real, at, -1).cummax(-1).values  # (b, n) the latest real token up to here
-    prev = torch.cat((torch.full_like(last_real[:, :1], -1), last_real[:, :-1]), -1)  # (b, n) the one before
-    prev_pos = position_ids.gather(-1, prev.clamp(min=0))  # (b, n)
-    starts = real & ((prev < 0) | (position_ids != prev_pos + 1))  # (b, n)
-    return (starts.long().cumsum(-1) - 1).clamp(min=0)  # (b, n)
-
-
-def cu_seqlens_from_document_ids(document_ids: torch.Tensor) -> torch.Tensor:
-    """(b, n) per-token document ids (transformers' ``seq_idx``; any ints that change exactly where a
-    document starts) -> ``cu_seqlens`` int32 (D + 1,); every row starts a document. One host read (the
-    number of documents is a shape): computed once per forward."""
-    if not isinstance(document_ids, torch.Tensor) or document_ids.dim() != 2:
-        shape = (
-            tuple(document_ids.shape)
-            if isinstance(document_ids, torch.Tensor)
-            else type(document_ids).__name__
-        )
-        raise ValueError(f"document ids must have shape (batch, tokens), got {shape}")
-    b, n = document_ids.shape
-    starts = torch.ones_like(document_ids, dtype=torch.bool)
-    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
-    offsets = starts.reshape(-1).nonzero().flatten()  # (D,)
-    end = torch.tensor([b * n], dtype=offsets.dtype, device=offsets.device)
-    return torch.cat((offsets, end)).to(torch.int32)
-
-
-@torch.compiler.disable  # the number of documents is a shape read from the values: no graph can hold it
-def _derived_cu_seqlens(document_ids: torch.Tensor) -> torch.Tensor | None:
-    """``cu_seqlens`` of (b, n) document ids, or None when every row is one document (one host read)."""
-    cu_seqlens = cu_seqlens_from_document_ids(document_ids)
-    return None if cu_seqlens.numel() - 1 == document_ids.shape[0] else cu_seqlens
-
-
-def _one_of(name: str, q: object, k: object) -> object:
-    """``q`` and ``k`` (a query and a key form, either may be None) as one: self-attention has one set of
-    documents for queries and keys, so two given must be one object or equal (values read per
-    :func:`~nystrom.utils.checks.value_checks_enabled`)."""
-    if q is None or k is None or q is k:
-        return k if q is None else q
-    if isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor):
-        same = q.shape == k.shape and (not value_checks_enabled(q) or torch.equal(q, k.to(q)))
-    else:
-        same = q == k
-    if not same:
-        show = lambda t: t.tolist() if isinstance(t, torch.Tensor) else t  # noqa: E731
-        raise ValueError(
-            f"{name}_q={show(q)} and {name}_k={show(k)} differ: this is self-attention (every document "
-            "attends to itself), so queries and keys have the same documents; give both the same value"
-        )
-    return q
-
-
-def packed_cu_seqlens(
-    b: int,
-    n: int,
-    *,
-    attention_mask: torch.Tensor | None = None,
-    position_ids: torch.Tensor | None = None,
-    seq_idx: torch.Tensor | None = None,
-    cu_seq_lens_q: torch.Tensor | None = None,
-    cu_seq_lens_k: torch.Tensor | None = None,
-    max_length_q: int | None = None,
-    max_length_k: int | None = None,
-) -> tuple[torch.Tensor | None, int | None]:
-    """The packed documents of a self-attention call over b rows of n tokens, from transformers' keywords
-    (``DataCollatorWithFlattening``'s), as ``(cu_seqlens, max_seqlen)``; ``(None, None)``: not packed.
-
-    The first form given decides: ``cu_seq_lens_q``/``cu_seq_lens_k`` (FlashAttention's offsets, passed
-    on as given, with ``max_length_q``/``max_length_k`` as ``max_seqlen``; the q and k forms must be one
-    object or equal); ``seq_idx`` (b, n), each token's document; or ``position_ids`` (b, n) or (1, n)
-    restarting at each document (:func:`document_ids_from_positions`, with ``attention_mask`` (b, n)
-    bool, True = real token: padding never starts a document). The last two cost one host read (the number
-    of documents is a shape; under ``torch.compile``, a graph break) and give ``(None, None)`` when every
-    row is one document, as the unpacked call is the same. Raises ``ValueError`` on a malformed form."""
-    max_seqlen = _one_of("max_length", max_length_q, max_length_k)
-    if max_seqlen is not None:
-        check_positive_int("max_length_q", max_seqlen)
-    cu_seqlens = _one_of("cu_seq_lens", cu_seq_lens_q, cu_seq_lens_k)
-    if cu_seqlens is not None:
-        return cu_seqlens, max_seqlen  # type: ignore[return-value]  (checked by check_cu_seqlens)
-    if max_seqlen is not None:
-        raise ValueError(
-            "max_length_q is the longest packed document's length: give it with cu_seq_lens_q (and "
-            "cu_seq_lens_k), the documents' offsets"
-        )
-    for name, ids, rows in (("seq_idx", seq_idx, (b,)), ("position_ids", position_ids, (b, 1))):
-        if ids is None:
-            continue
-        shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else None
-        if shape is None or len(shape) != 2 or shape[1] != n or shape[0] not in rows:
-            want = " or ".join(f"({r}, {n})" for r in dict.fromkeys(rows))
-            raise ValueError(
-                f"{name} must have shape (batch, tokens) = {want}, got {shape or type(ids).__name__}"
-            )
-        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise TypeError(f"{name} must be an integer tensor, got {ids.dtype}")
-        if name == "position_ids":
-            ids = document_ids_from_positions(ids.expand(b, n), attention_mask)  # (b, n)
-        return _derived_cu_seqlens(ids), None
-    return None, None
