@@ -68,8 +68,11 @@ def _check(fn, q, k, v, cu, mask, dtype):
     w = w * real[:, None, :, None]
     got = torch.autograd.grad((packed * w).sum(), (q, k, v))
     want = torch.autograd.grad((alone * w).sum(), (q, k, v))
+    # relative to the loss's largest gradient: a row of one token has ∂q = ∂k = 0 exactly, whose rounding
+    # noise no relative error of its own can judge
+    scale = max(float(sel(g).double().norm()) for g in want)
     for g1, g2 in zip(got, want):
-        assert rel_err(sel(g1), sel(g2)) <= grad_tol
+        assert float((sel(g1) - sel(g2)).double().norm()) <= grad_tol * scale
 
 
 def _nystrom(m, conv=None):
@@ -136,7 +139,9 @@ def test_packed_under_compile():
         fullgraph=True,
     )
     packed = compiled(q, k, v, None, cu)
-    alone = _separate(lambda q, k, v, mask: nystrom_attention(q, k, v, num_landmarks=8), q, k, v, cu, None, 96)
+    alone = _separate(
+        lambda q, k, v, mask: nystrom_attention(q, k, v, num_landmarks=8), q, k, v, cu, None, 96
+    )
     assert rel_err(packed, alone) <= 1e-5
 
 
@@ -250,7 +255,9 @@ def test_other_misuse_raises():
 def test_like_lengths_group_documents_on_the_cpu():
     """Documents of like lengths share one padded batch; an unlike one starts its own (less padding)."""
     assert documents.like_lengths([4096, 700, 13, 2000, 3900]) == [[0, 4], [3], [1], [2]]
-    assert documents.like_lengths([300, 100, 60, 50]) == [[0, 1, 2, 3]]  # within GROUP_SLACK tokens: one batch
+    assert documents.like_lengths([300, 100, 60, 50]) == [
+        [0, 1, 2, 3]
+    ]  # within GROUP_SLACK tokens: one batch
     cu = _offsets([4096, 700, 13, 2000, 3900])
     q = torch.zeros(1, 1, int(cu[-1]), 4)
     plan = documents.packed_plan(cu, None, 1, q.shape[2], q.device)
@@ -260,3 +267,17 @@ def test_like_lengths_group_documents_on_the_cpu():
     assert plan.in_order and [(g.start, g.length) for g in plan.groups] == [(0, 2600), (2600, 1496)]
     plan = documents.packed_plan(_offsets([1024] * 4), None, 1, 4096, q.device)
     assert plan.in_order and [(g.start, g.mask.shape[0]) for g in plan.groups] == [(0, 4)]
+
+
+@pytest.mark.slow
+@settings(max_examples=8, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 4096), min_size=1, max_size=16),
+    path=st.sampled_from(["cpu", "accelerator"]),
+)
+def test_packed_rows_of_documents_up_to_4096_tokens_float32(lengths, path):
+    """The issue's range in float32: 1–16 documents of 1–4096 tokens, m = 64, the module's conv skip."""
+    q, k, v = _inputs(1, 2, sum(lengths), 16, torch.float32)
+    conv = torch.randn(2, 1, 33, 1)
+    with force_accelerator_path() if path == "accelerator" else contextlib.nullcontext():
+        _check(_nystrom(64, conv), q, k, v, _offsets(lengths), None, torch.float32)
