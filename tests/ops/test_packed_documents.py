@@ -244,6 +244,10 @@ def test_other_misuse_raises():
         nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu.float())
     with pytest.raises(ValueError, match="segments='front_padded'"):
         nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu, segments="front_padded")
+    with pytest.raises(ValueError, match="pinv_init='original'"):
+        nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu, pinv_init="original")
+    with pytest.raises(ValueError, match="cannot honour packed documents"):
+        NystromAttention(16, heads=2, dim_head=8, pinv_init="original")(torch.randn(2, 10, 16), cu_seqlens=cu)
     with pytest.raises(ValueError, match="causal=True is not supported"):
         nystrom_attention(q, q, q, num_landmarks=4, cu_seqlens=cu, causal=True)
     mask = torch.ones(2, 10, dtype=torch.bool)

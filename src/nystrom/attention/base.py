@@ -145,8 +145,9 @@ class AttentionBase(nn.Module):
         if cu_seqlens is not None and not self.packs_documents:
             raise ValueError(
                 f"{type(self).__name__} cannot honour packed documents (cu_seqlens): its output depends on "
-                "a sample's padded length, so a document would not get what it gets alone. Use nystrom or "
-                "softmax attention, or feed the documents unpacked"
+                "a sample's padded length or its batch-mates, so a document would not get what it gets "
+                "alone. Use nystrom (pinv_init='per_matrix') or softmax attention, or feed the documents "
+                "unpacked"
             )
         with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_plan(mask, cu_seqlens):
             documents = None

@@ -33,7 +33,11 @@ class NystromAttention(AttentionBase):
 
     name = "nystrom"
     head_separable = True
-    packs_documents = True
+
+    @property
+    def packs_documents(self) -> bool:  # type: ignore[override]
+        """Packed documents are exact unless Z₀ is scaled by the whole batch (``pinv_init="original"``)."""
+        return self.pinv_init == "per_matrix"
 
     def __init__(
         self,

@@ -12,12 +12,19 @@ Options come from ``config.nystrom_attention``: a dict of :func:`nystrom_attenti
 (``num_landmarks``, ``pinv_iterations``, ``pinv``, ``pinv_init``, ``segments``), missing ones taking
 that function's own defaults (64 landmarks, ...). ``mask`` and ``scale`` come from the model.
 
+Packed documents (``DataCollatorWithFlattening``: several documents end to end in a row): every document
+attends only to itself and gets what it gets alone. The documents come from what the model hands the
+layers (:func:`~nystrom.ops.plan.packed_cu_seqlens`): ``cu_seq_lens_q``/``cu_seq_lens_k`` with
+``max_length_q`` (``return_flash_attn_kwargs=True``), else ``seq_idx`` (``return_seq_idx=True``), else
+``position_ids`` restarting at each document (the collator's default; BERT-family models pass them down).
+
 Legend: b batch, h query heads, hk key/value heads, n tokens, d head dim, q query rows of a mask.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +42,7 @@ from transformers.masking_utils import (
 from transformers.utils import logging
 
 from nystrom.ops.nystrom import nystrom_attention
+from nystrom.ops.plan import packed_cu_seqlens
 
 NAME = "nystrom"
 
@@ -187,9 +195,11 @@ def nystrom_attention_forward(
         scaling: the score scale (passed as ``scale``).
         is_causal: a per-call override; True raises, as do ``module.is_causal`` and ``config.is_decoder``.
         **kwargs: transformers hands every attention function model-specific extras (position ids,
-            ``output_attentions``, cache details, ...), so the interface needs this sink. The few that
-            change the attention itself (``position_bias``, ``softcap``, ``sliding_window``, ``s_aux``)
-            raise rather than be ignored.
+            ``output_attentions``, cache details, ...), so the interface needs this sink. Read from it:
+            the packed documents' ``cu_seq_lens_q``, ``cu_seq_lens_k``, ``max_length_q``,
+            ``max_length_k``, ``seq_idx`` and ``position_ids`` (see :func:`packed_documents`). The few
+            that change the attention itself (``position_bias``, ``softcap``, ``sliding_window``,
+            ``s_aux``) raise rather than be ignored; the rest are ignored.
 
     Returns:
         ``(out, None)``, out (b, n, h, d) contiguous, as ``sdpa_attention_forward`` returns; no
@@ -221,8 +231,59 @@ def nystrom_attention_forward(
         value = repeat_kv(value, query.shape[1] // value.shape[1])
     b, _, n, _ = query.shape
     mask = key_padding_mask(attention_mask, b, n)
-    out = nystrom_attention(query, key, value, mask=mask, scale=scaling, **options)  # (b, h, n, d)
+    cu_seqlens, max_seqlen = packed_documents(attention_mask, mask, b, n, kwargs)
+    out = nystrom_attention(
+        query, key, value, mask=mask, scale=scaling, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen, **options
+    )  # (b, h, n, d)
     return out.transpose(1, 2).contiguous(), None  # (b, n, h, d)
+
+
+_PACKING = ("position_ids", "seq_idx", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+
+# The last call's packed documents: (b, n, the received attention mask and the tensors of _PACKING, each as
+# (weakref, version), and the ints), -> (cu_seqlens, max_seqlen). The model hands every layer the same
+# objects, so deriving the documents (a host read for position ids or seq_idx) happens once per forward,
+# not once per layer. Weak references: the cache keeps no batch alive (only the small offsets it holds), and
+# a new object, or one edited in place since (its version moved), is derived anew. One entry suffices: the
+# layers of a forward run in a row. (The documents' gather plan is still built per layer, from these offsets:
+# no block spans the layers here, as a model's shared_plan does; a few small index ops per layer.)
+_LAST: tuple[tuple, tuple[torch.Tensor | None, int | None]] | None = None
+
+
+def _stamp(value: object) -> object:
+    """What identifies ``value`` in the cache key: a tensor by (weakref, version), anything else as is."""
+    if isinstance(value, torch.Tensor):
+        return weakref.ref(value), value._version
+    return value
+
+
+def _same(stamp: object, value: object) -> bool:
+    if isinstance(value, torch.Tensor):
+        return isinstance(stamp, tuple) and stamp[0]() is value and stamp[1] == value._version
+    return not isinstance(stamp, tuple) and stamp == value
+
+
+def packed_documents(
+    received: torch.Tensor | None, mask: torch.Tensor | None, b: int, n: int, kwargs: Mapping[str, Any]
+) -> tuple[torch.Tensor | None, int | None]:
+    """The ``(cu_seqlens, max_seqlen)`` of a layer's call (:func:`~nystrom.ops.plan.packed_cu_seqlens` on
+    the packing keywords of ``kwargs`` and the key mask ``mask``), derived once per forward: remembered
+    for the last call's objects (``received``, the mask the layer got, and the keywords' tensors). Inference
+    tensors keep no version counter, so calls with them are never remembered (their in-place edits could
+    not be seen); nor under ``torch.compile``, where a traced call keeps no state: there ``position_ids``
+    and ``seq_idx`` cost a graph break and a host read per layer, and ``cu_seq_lens_q`` none."""
+    global _LAST
+    given = {k: kwargs.get(k) for k in _PACKING}
+    values = (b, n, received, *given.values())
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    remember = not torch.compiler.is_compiling() and not any(t.is_inference() for t in tensors)
+    last = _LAST
+    if remember and last is not None and all(_same(s, v) for s, v in zip(last[0], values)):
+        return last[1]
+    result = packed_cu_seqlens(b, n, attention_mask=mask, **given)
+    if remember:
+        _LAST = (tuple(_stamp(v) for v in values), result)
+    return result
 
 
 def register() -> None:

@@ -23,6 +23,13 @@ lucidrains is exact (n divisible by m, or a mask given and no landmark run empty
   heads, so a sample's output depends on its batch-mates. By default we do the same (``"original"``),
   because a lucidrains-trained checkpoint was trained with it; pass ``pinv_init="per_matrix"`` for
   batch-independent outputs. docs/lucidrains.md has the measured differences.
+
+Packed documents (an extra of ours): ``forward(x, mask, cu_seqlens=..., max_seqlen=...)`` takes
+FlashAttention's offsets (:func:`nystrom.functional.nystrom_attention`'s ``cu_seqlens``); every document
+attends only to itself, with its own landmarks and conv skip, and gets exactly what it gets alone.
+lucidrains' landmark runs depend on a sample's length and its Z₀ (``"original"``) on its batch-mates, so
+the documents cannot share one batched call: each runs as a call of its own (the projections still run
+once over all tokens), D calls for D documents.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from nystrom.layers.projection import project_heads
 from nystrom.ops.conv import add_conv_skip
 from nystrom.ops.nystrom import nystrom_attention, nystrom_factors
 from nystrom.ops.pinv import PINV_INITS
+from nystrom.ops.plan import check_cu_seqlens
 from nystrom.utils.checks import (
     check_choice,
     check_dtype_matches,
@@ -42,6 +50,7 @@ from nystrom.utils.checks import (
     check_positive_int,
     first_order_only,
     rejects_key_padding_mask,
+    value_checks_enabled,
 )
 
 
@@ -104,12 +113,18 @@ class NystromAttention(nn.Module):
         mask: torch.Tensor | None = None,
         return_attn: bool = False,
         return_attn_matrices: bool = False,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor | tuple[torch.Tensor, ...]]:
         """``x`` (b, n, dim), ``mask`` (b, n) bool with True = real token -> (b, n, dim).
 
         ``return_attn=True`` also returns the (b, h, n, n) Nyström attention matrix F·A⁺·B (lucidrains
         returns it at its padded length when m does not divide n); ``return_attn_matrices=True`` the
         factors (F (b, h, n, m), A⁺ (b, h, m, m), B (b, h, m, n)). Both are O(n²)/O(n·m) memory, in ≥ float32.
+
+        ``cu_seqlens`` (documents + 1,) int32, ``max_seqlen``: packed documents (see the module docstring);
+        every row starts a document. With them, ``return_attn``/``return_attn_matrices`` raise.
         """
         if not isinstance(x, torch.Tensor) or x.dim() != 3:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -117,6 +132,13 @@ class NystromAttention(nn.Module):
         check_dtype_matches(x, self.to_qkv.weight)
         b, n, _ = x.shape
         mask = check_mask(mask, b, n, x.device)
+        if cu_seqlens is None and max_seqlen is not None:
+            raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
+        if cu_seqlens is not None and (return_attn or return_attn_matrices):
+            raise ValueError(
+                "return_attn/return_attn_matrices with packed documents (cu_seqlens) are not supported: a "
+                "packed row has a matrix per document. Call the module on each document to inspect them"
+            )
         if mask is not None:  # padded positions may hold NaN: zero them before any weight sees them
             x = x.masked_fill(~mask[..., None], 0)
         w, bias = self.to_qkv.weight, self.to_qkv.bias
@@ -128,11 +150,11 @@ class NystromAttention(nn.Module):
             pinv_init=self.pinv_init,
             segments="front_padded",
         )
-        o = nystrom_attention(q, k, v, **opts)  # (b, h, n, d)
-        if self.residual:
-            o = add_conv_skip(
-                o, v, self.res_conv.weight
-            )  # padded v is 0 already: x is, and to_qkv has no bias
+        if cu_seqlens is None:
+            o = self._attend(q, k, v, opts)  # (b, h, n, d)
+        else:
+            check_cu_seqlens(cu_seqlens, b, n, x.device, max_seqlen=max_seqlen)
+            o = self._attend_documents(q, k, v, opts, cu_seqlens.tolist())  # (b, h, n, d)
         out = first_order_only(self.to_out(o.transpose(1, 2).flatten(2)), "NystromAttention")  # (b, n, e)
         if not (return_attn or return_attn_matrices):
             return out
@@ -140,6 +162,39 @@ class NystromAttention(nn.Module):
         if return_attn_matrices:
             return out, (f, z, bmat)
         return out, f @ z @ bmat  # (b, h, n, n)
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: dict[str, object]
+    ) -> torch.Tensor:
+        """Attention plus the conv skip of one call: q, k, v (b, h, n, d) -> (b, h, n, d)."""
+        o = nystrom_attention(q, k, v, **opts)  # (b, h, n, d)
+        if self.residual:  # padded v is 0 already: x is, and to_qkv has no bias
+            o = add_conv_skip(o, v, self.res_conv.weight)
+        return o
+
+    def _attend_documents(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, opts: dict[str, object], offsets: list[int]
+    ) -> torch.Tensor:
+        """:meth:`_attend` on every packed document as a call of its own (see the module docstring): q, k, v
+        (b, h, n, d) -> (b, h, n, d); document i is tokens [offsets[i], offsets[i + 1]) of the b·n."""
+        b, h, n, _ = q.shape
+        rows = [
+            t.transpose(1, 2).reshape(1, b * n, h, -1).transpose(1, 2) for t in (q, k, v)
+        ]  # (1, h, b·n, d)
+        mask = opts["mask"]
+        flat = None if mask is None else mask.reshape(1, b * n)  # (1, b·n)
+        docs = []
+        for i, (s, e) in enumerate(zip(offsets[:-1], offsets[1:])):
+            doc_mask = None if flat is None else flat[:, s:e]  # (1, L)
+            if doc_mask is not None and value_checks_enabled(doc_mask) and not bool(doc_mask.any()):
+                raise ValueError(
+                    f"document {i} (tokens [{s}, {e})) has no real token: the mask marks all of it as "
+                    "padding. Give padding to a document with real tokens (after its end)"
+                )
+            docs.append(
+                self._attend(*(t[:, :, s:e] for t in rows), {**opts, "mask": doc_mask})
+            )  # (1, h, L, d)
+        return torch.cat(docs, 2).transpose(1, 2).reshape(b, n, h, -1).transpose(1, 2)  # (b, h, n, d)
 
 
 class PreNorm(nn.Module):
@@ -150,10 +205,18 @@ class PreNorm(nn.Module):
         self.norm = nn.LayerNorm(dim)
         self.fn = fn
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (b, n, e) -> (b, n, e); ``mask`` is passed on only when given (the feed-forward takes none)."""
-        x = self.norm(x)
-        return self.fn(x) if mask is None else self.fn(x, mask=mask)
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+    ) -> torch.Tensor:
+        """x (b, n, e) -> (b, n, e); ``mask`` and the packed documents' ``cu_seqlens``/``max_seqlen`` are
+        passed on only when given (the feed-forward takes none)."""
+        options = {"mask": mask, "cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen}
+        return self.fn(self.norm(x), **{k: v for k, v in options.items() if v is not None})
 
 
 class FeedForward(nn.Module):
@@ -212,9 +275,17 @@ class Nystromformer(nn.Module):
         )
 
     @rejects_key_padding_mask
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (b, n, dim), mask (b, n) bool or None -> (b, n, dim)."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
+    ) -> torch.Tensor:
+        """x (b, n, dim), mask (b, n) bool or None -> (b, n, dim); ``cu_seqlens``/``max_seqlen``: packed
+        documents (see the module docstring), each attending only to itself in every layer."""
         for attn, ff in self.layers:
-            x = attn(x, mask=mask) + x  # (b, n, e)
+            x = attn(x, mask=mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen) + x  # (b, n, e)
             x = ff(x) + x
         return x

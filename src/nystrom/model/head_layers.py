@@ -84,6 +84,46 @@ def mlm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
 
 
+def pretraining_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor | None,
+    sop_logits: torch.Tensor,
+    sop_labels: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """MLM loss (logits (b, n, v), labels (b, n)) + sentence-order loss (sop_logits (b, 2), sop_labels (b,)),
+    of those whose labels are given; None if neither is."""
+    losses = [] if labels is None else [mlm_loss(logits, labels)]
+    if sop_labels is not None:
+        losses.append(F.cross_entropy(sop_logits.float(), sop_labels.view(-1)))
+    return sum(losses[1:], losses[0]) if losses else None
+
+
+def flatten_choices(*inputs: torch.Tensor | None) -> tuple[int, list[torch.Tensor | None]]:
+    """Multiple-choice inputs (b, r, n[, e]) (the first given sets r) -> r and each flattened to (b·r, n[, e])."""
+    first = next((t for t in inputs if t is not None), None)
+    if first is None or first.dim() < 3:
+        raise ValueError("multiple choice inputs must have shape (batch, choices, tokens[, e])")
+    return first.shape[1], [None if t is None else t.flatten(0, 1) for t in inputs]
+
+
+def span_loss(
+    start: torch.Tensor,
+    end: torch.Tensor,
+    start_positions: torch.Tensor | None,
+    end_positions: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """Extractive QA's loss: the mean of the start and end cross-entropies over the n positions of
+    ``start``, ``end`` (b, n); positions (b,) outside [0, n) are ignored, as in transformers. None unless
+    both positions are given."""
+    if start_positions is None or end_positions is None:
+        return None
+    n = start.shape[1]
+    s, e = start_positions.view(-1).clamp(0, n), end_positions.view(-1).clamp(0, n)
+    return (
+        F.cross_entropy(start.float(), s, ignore_index=n) + F.cross_entropy(end.float(), e, ignore_index=n)
+    ) / 2
+
+
 def sequence_loss(config: NystromformerConfig, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """transformers' ``problem_type`` rules: regression (MSE) when c == 1, single-label CE for int labels
     (b,), multi-label BCE-with-logits for float labels (b, c); the inferred type is stored in the config."""

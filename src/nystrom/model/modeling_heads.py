@@ -6,6 +6,9 @@ Every head takes transformers' keywords (``input_ids``, ``attention_mask`` (1 = 
 ``token_type_ids``, ``position_ids``, ``inputs_embeds``, ``labels``, ``output_attentions``,
 ``output_hidden_states``, ``return_dict``) and returns a ``ModelOutput`` with ``loss`` first when labels are
 given; ``return_dict=False`` gives the same fields as a tuple (None fields dropped), as transformers does.
+Packed rows (``DataCollatorWithFlattening``: ``position_ids`` restarting, ``seq_idx``, ``cu_seq_lens_q``, ...,
+see :meth:`NystromformerModel.encode`) serve the token-level heads and losses; what needs one sequence per
+row (pooling, sequence and choice labels, the sentence-order and span losses) raises on them.
 """
 
 from __future__ import annotations
@@ -31,11 +34,14 @@ from nystrom.model.head_layers import (
     MLMHead,
     NystromformerForPreTrainingOutput,
     finish,
+    flatten_choices,
     mlm_loss,
     pool,
+    pretraining_loss,
     sequence_loss,
+    span_loss,
 )
-from nystrom.model.modeling_nystromformer import B, NystromformerModel, NystromformerPreTrainedModel, T
+from nystrom.model.modeling_nystromformer import B, I, NystromformerModel, NystromformerPreTrainedModel, T
 
 
 class NystromformerForMaskedLM(NystromformerPreTrainedModel):
@@ -61,11 +67,14 @@ class NystromformerForMaskedLM(NystromformerPreTrainedModel):
     def forward(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
-        return_dict: B = None,
+        return_dict: B = None, *, cu_seq_lens_q: T = None, cu_seq_lens_k: T = None, max_length_q: I = None,
+        max_length_k: I = None, seq_idx: T = None,
     ) -> MaskedLMOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q,
+            max_length_k=max_length_k, seq_idx=seq_idx,
         )  # fmt: skip
         logits = self.lm_head(out.last_hidden_state)  # (b, n, v)
         loss = mlm_loss(logits, labels) if labels is not None else None
@@ -77,8 +86,8 @@ class NystromformerForMaskedLM(NystromformerPreTrainedModel):
 
 class NystromformerForPreTraining(NystromformerForMaskedLM):
     """MLM + sentence-order prediction (ALBERT/the paper): ``prediction_logits`` (b, n, v), ``sop_logits``
-    (b, 2) from the pooler; ``loss`` = MLM loss + SOP loss when ``labels`` (b, n) and
-    ``sentence_order_label`` (b,) are given (either alone also works)."""
+    (b, 2) from the pooler (of a packed row: its first document's); ``loss`` = MLM loss + SOP loss when
+    ``labels`` (b, n) and ``sentence_order_label`` (b,) are given (either alone also works)."""
 
     def __init__(self, config: NystromformerConfig) -> None:
         if not config.pooler:
@@ -94,22 +103,21 @@ class NystromformerForPreTraining(NystromformerForMaskedLM):
     def forward(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, labels: T = None, sentence_order_label: T = None, output_attentions: B = None,
-        output_hidden_states: B = None, return_dict: B = None,
+        output_hidden_states: B = None, return_dict: B = None, *, cu_seq_lens_q: T = None, cu_seq_lens_k: T = None,
+        max_length_q: I = None, max_length_k: I = None, seq_idx: T = None,
     ) -> NystromformerForPreTrainingOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q,
+            max_length_k=max_length_k, seq_idx=seq_idx,
+            per_row=None if sentence_order_label is None else "the sentence-order loss (sentence_order_label)",
         )  # fmt: skip
         logits = self.lm_head(out.last_hidden_state)  # (b, n, v)
         sop_logits = self.sop_head(out.pooler_output)  # (b, 2)
-        losses = []
-        if labels is not None:
-            losses.append(mlm_loss(logits, labels))
-        if sentence_order_label is not None:
-            losses.append(F.cross_entropy(sop_logits.float(), sentence_order_label.view(-1)))
         result = NystromformerForPreTrainingOutput(
-            loss=sum(losses[1:], losses[0]) if losses else None, prediction_logits=logits, sop_logits=sop_logits,
-            hidden_states=out.hidden_states, attentions=out.attentions,
+            loss=pretraining_loss(logits, labels, sop_logits, sentence_order_label), prediction_logits=logits,
+            sop_logits=sop_logits, hidden_states=out.hidden_states, attentions=out.attentions,
         )  # fmt: skip
         return finish(result, return_dict, self.config)
 
@@ -127,11 +135,14 @@ class NystromformerForSequenceClassification(NystromformerPreTrainedModel):
     def forward(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
-        return_dict: B = None,
+        return_dict: B = None, *, cu_seq_lens_q: T = None, cu_seq_lens_k: T = None, max_length_q: I = None,
+        max_length_k: I = None, seq_idx: T = None,
     ) -> SequenceClassifierOutput | tuple:  # fmt: skip
         out, mask = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q,
+            max_length_k=max_length_k, seq_idx=seq_idx, per_row=type(self).__name__,
         )  # fmt: skip
         logits = self.classifier(pool(self.config, out, mask))  # (b, c)
         loss = sequence_loss(self.config, logits, labels) if labels is not None else None
@@ -194,11 +205,14 @@ class NystromformerForTokenClassification(NystromformerPreTrainedModel):
     def forward(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
-        return_dict: B = None,
+        return_dict: B = None, *, cu_seq_lens_q: T = None, cu_seq_lens_k: T = None, max_length_q: I = None,
+        max_length_k: I = None, seq_idx: T = None,
     ) -> TokenClassifierOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q,
+            max_length_k=max_length_k, seq_idx=seq_idx,
         )  # fmt: skip
         logits = self.classifier(self.dropout(out.last_hidden_state))  # (b, n, c)
         loss = mlm_loss(logits, labels) if labels is not None else None
@@ -221,28 +235,21 @@ class NystromformerForQuestionAnswering(NystromformerPreTrainedModel):
     def forward(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, start_positions: T = None, end_positions: T = None, output_attentions: B = None,
-        output_hidden_states: B = None, return_dict: B = None,
+        output_hidden_states: B = None, return_dict: B = None, *, cu_seq_lens_q: T = None, cu_seq_lens_k: T = None,
+        max_length_q: I = None, max_length_k: I = None, seq_idx: T = None,
     ) -> QuestionAnsweringModelOutput | tuple:  # fmt: skip
         out, _ = self.nystromformer.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q,
+            max_length_k=max_length_k, seq_idx=seq_idx,
+            per_row=None if start_positions is None else "the span loss (start_positions, end_positions)",
         )  # fmt: skip
         start, end = self.qa_outputs(out.last_hidden_state).unbind(-1)  # (b, n) each
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            n = start.shape[1]
-            s, e = start_positions.view(-1).clamp(0, n), end_positions.view(-1).clamp(0, n)
-            loss = (
-                F.cross_entropy(start.float(), s, ignore_index=n)
-                + F.cross_entropy(end.float(), e, ignore_index=n)
-            ) / 2
         result = QuestionAnsweringModelOutput(
-            loss=loss,
-            start_logits=start,
-            end_logits=end,
-            hidden_states=out.hidden_states,
-            attentions=out.attentions,
-        )
+            loss=span_loss(start, end, start_positions, end_positions), start_logits=start, end_logits=end,
+            hidden_states=out.hidden_states, attentions=out.attentions,
+        )  # fmt: skip
         return finish(result, return_dict, self.config)
 
 
@@ -260,19 +267,15 @@ class NystromformerForMultipleChoice(NystromformerPreTrainedModel):
     def forward(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, labels: T = None, output_attentions: B = None, output_hidden_states: B = None,
-        return_dict: B = None,
+        return_dict: B = None, *, cu_seq_lens_q: T = None, cu_seq_lens_k: T = None, max_length_q: I = None,
+        max_length_k: I = None, seq_idx: T = None,
     ) -> MultipleChoiceModelOutput | tuple:  # fmt: skip
-        first = input_ids if input_ids is not None else inputs_embeds
-        if first is None or first.dim() < 3:
-            raise ValueError("multiple choice inputs must have shape (batch, choices, tokens[, e])")
-        r = first.shape[1]
-        flat = [
-            None if t is None else t.flatten(0, 1)
-            for t in (input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds)
-        ]
+        r, flat = flatten_choices(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, seq_idx)  # fmt: skip
         out, mask = self.nystromformer.encode(
-            *flat, output_attentions=output_attentions, output_hidden_states=output_hidden_states
-        )
+            *flat[:5], output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q,
+            max_length_k=max_length_k, seq_idx=flat[5], per_row=type(self).__name__,
+        )  # fmt: skip
         pooled = F.relu(self.pre_classifier(pool(self.config, out, mask)))  # (b·r, e)
         logits = self.classifier(pooled).view(-1, r)  # (b, r)
         loss = F.cross_entropy(logits.float(), labels.view(-1)) if labels is not None else None

@@ -5,6 +5,12 @@ Legend: b batch, n tokens, e hidden size, f FFN width, v vocabulary, p position-
 Blocks are post-LN (BERT, HF checkpoints: ``x = LN(x + attn(x))``) or pre-LN (official LRA code:
 ``x = x + attn(LN(x))``, then a final LayerNorm). Masks: callers pass transformers' ``attention_mask``
 (b, n) of 0/1 or bool (1/True = real token); it becomes the bool ``mask`` the attention takes.
+
+Packed documents (``DataCollatorWithFlattening``: several documents end to end in a row, each attending
+only to itself): given as transformers does, by ``position_ids`` restarting at each document,
+``seq_idx``, or ``cu_seq_lens_q``/``cu_seq_lens_k`` with ``max_length_q``/``max_length_k``; they become
+``cu_seqlens`` once per forward (:func:`~nystrom.ops.plan.packed_cu_seqlens`) and every layer's attention
+runs each document as a sample of its own. Attention variants other than nystrom and softmax refuse them.
 """
 
 from __future__ import annotations
@@ -30,14 +36,23 @@ from nystrom.model.layers import (
     to_mask,
 )
 from nystrom.model.positions import check_scheme, extend_table, scheme_record
-from nystrom.ops.plan import shared_plan
+from nystrom.ops.plan import packed_cu_seqlens, shared_plan
+from nystrom.utils.checks import check_mask
 
 T = torch.Tensor | None  # the optional tensor arguments of every forward
 B = bool | None  # the optional switches (None = the config's setting)
+I = int | None  # the packed documents' longest length (transformers' max_length_q/max_length_k)
+
+
+_PACKED_ATTENTIONS = (
+    "output_attentions=True with packed documents is not supported: the (b, h, n, n) weights of a packed row "
+    "would be a block matrix per document. Run the documents unpacked (one per row, padded) to inspect them"
+)
 
 
 class EncoderLayer(GradientCheckpointingLayer):
-    """One block: ``x`` (b, n, e), ``mask`` (b, n) bool or None -> (b, n, e) and, when asked, (b, h, n, n)."""
+    """One block: ``x`` (b, n, e), ``mask`` (b, n) bool or None -> (b, n, e) and, when asked, (b, h, n, n);
+    ``cu_seqlens``/``max_seqlen``: packed documents, passed to the attention (see :class:`AttentionBase`)."""
 
     def __init__(self, config: NystromformerConfig, index: int = 0) -> None:
         super().__init__()
@@ -48,14 +63,18 @@ class EncoderLayer(GradientCheckpointingLayer):
         self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, output_attentions: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self, x: torch.Tensor, mask: torch.Tensor | None, output_attentions: bool = False,
+        *, cu_seqlens: torch.Tensor | None = None, max_seqlen: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        if output_attentions and cu_seqlens is not None:
+            raise ValueError(_PACKED_ATTENTIONS)
         a_in = self.attention_norm(x) if self.pre_norm else x
         probs = attention_matrix(self.attention, a_in, mask) if output_attentions else None
+        packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen}
         if self.pre_norm:
-            x = x + self.attention(a_in, mask=mask)  # (b, n, e)
+            x = x + self.attention(a_in, mask=mask, **packed)  # (b, n, e)
         else:
-            x = self.attention_norm(x + self.attention(x, mask=mask))  # (b, n, e)
+            x = self.attention_norm(x + self.attention(x, mask=mask, **packed))  # (b, n, e)
         return self.ffn.block(x, self.ffn_norm, pre_norm=self.pre_norm), probs
 
 
@@ -72,18 +91,26 @@ class Encoder(nn.Module):
         x: torch.Tensor,
         mask: torch.Tensor | None,
         *,
+        cu_seqlens: torch.Tensor | None = None,
+        max_seqlen: int | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
-        """(b, n, e) -> last hidden state, the inputs of every layer + the output, every layer's weights."""
+        """(b, n, e) -> last hidden state, the inputs of every layer + the output, every layer's weights.
+        ``cu_seqlens`` (documents + 1,) int32, ``max_seqlen``: packed documents (each attends to itself)."""
         states: list[torch.Tensor] = []
         weights: list[torch.Tensor] = []
-        # What the mask determines (landmark assignment, additive masks) is computed once for all layers.
-        with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_plan(mask):
+        # The layers' attention takes an all-True mask as None (check_mask): so does the block, to admit it.
+        mask = check_mask(mask, x.shape[0], x.shape[1], x.device)
+        # What the mask and the documents determine (landmark assignment, additive masks, the documents'
+        # gather plan) is computed once for all layers.
+        block = contextlib.nullcontext() if torch.compiler.is_compiling() else shared_plan(mask, cu_seqlens)
+        packed = {} if cu_seqlens is None else {"cu_seqlens": cu_seqlens, "max_seqlen": max_seqlen}
+        with block:
             for layer in self.layers:
                 if output_hidden_states:  # only then: each kept input is a (b, n, e) tensor alive to the end
                     states.append(x)
-                x, probs = layer(x, mask, output_attentions)  # (b, n, e)
+                x, probs = layer(x, mask, output_attentions, **packed)  # (b, n, e)
                 if probs is not None:
                     weights.append(probs)
         if self.final_norm is not None:
@@ -180,8 +207,15 @@ class NystromformerModel(NystromformerPreTrainedModel):
     def encode(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, *, output_attentions: B = None, output_hidden_states: B = None,
+        cu_seq_lens_q: T = None, cu_seq_lens_k: T = None, max_length_q: I = None, max_length_k: I = None,
+        seq_idx: T = None, per_row: str | None = None,
     ) -> tuple[BaseModelOutputWithPooling, torch.Tensor | None]:  # fmt: skip
-        """The model output and the bool padding mask (b, n) (None = no padding), for the heads."""
+        """The model output and the bool padding mask (b, n) (None = no padding), for the heads.
+
+        Packed documents (transformers' forms, see the module docstring) become ``cu_seqlens`` here, once
+        per forward; the position embeddings read ``position_ids`` as given (restarting at each document).
+        ``per_row``: the caller's name when it needs one sequence per row (pooling, a label per row), which
+        packed rows do not have: they then raise, naming it. So does ``output_attentions``."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError(
                 "give exactly one of input_ids (batch, tokens) and inputs_embeds (batch, tokens, e)"
@@ -203,18 +237,32 @@ class NystromformerModel(NystromformerPreTrainedModel):
             )
         b, n, _ = inputs_embeds.shape
         mask = to_mask(attention_mask, b, n)
+        cu_seqlens, max_seqlen = packed_cu_seqlens(
+            b, n, attention_mask=mask, position_ids=position_ids, seq_idx=seq_idx, cu_seq_lens_q=cu_seq_lens_q,
+            cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q, max_length_k=max_length_k,
+        )  # fmt: skip
+        output_attentions = bool(
+            self.config.output_attentions if output_attentions is None else output_attentions
+        )
+        if cu_seqlens is not None and (per_row is not None or output_attentions):
+            raise ValueError(_PACKED_ATTENTIONS if per_row is None else (
+                f"{per_row} needs one sequence per row (it pools a row or reads one label per row), but these "
+                "rows pack several documents (position_ids restart, or seq_idx / cu_seq_lens_q was given): feed "
+                "one document per row (a padded batch, e.g. DataCollatorWithPadding), or use a token-level head"
+            ))  # fmt: skip
         x = self.embeddings(inputs_embeds, token_type_ids, position_ids)  # (b, n, e)
         hidden, states, weights = self.encoder(
             x,
             mask,
-            output_attentions=bool(
-                self.config.output_attentions if output_attentions is None else output_attentions
-            ),
+            cu_seqlens=cu_seqlens,
+            max_seqlen=max_seqlen,
+            output_attentions=output_attentions,
             output_hidden_states=bool(
                 self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
             ),
         )
-        pooled = torch.tanh(self.pooler(hidden[:, 0])) if self.pooler is not None else None  # (b, e)
+        # (b, e): each row's first token; in a packed row, its first document's
+        pooled = torch.tanh(self.pooler(hidden[:, 0])) if self.pooler is not None else None
         out = BaseModelOutputWithPooling(
             last_hidden_state=hidden, pooler_output=pooled, hidden_states=states, attentions=weights
         )
@@ -223,10 +271,15 @@ class NystromformerModel(NystromformerPreTrainedModel):
     def forward(
         self, input_ids: T = None, attention_mask: T = None, token_type_ids: T = None, position_ids: T = None,
         inputs_embeds: T = None, output_attentions: B = None, output_hidden_states: B = None, return_dict: B = None,
+        *, cu_seq_lens_q: T = None, cu_seq_lens_k: T = None, max_length_q: I = None, max_length_k: I = None,
+        seq_idx: T = None,
     ) -> BaseModelOutputWithPooling | tuple:  # fmt: skip
-        """``input_ids`` (b, n) or ``inputs_embeds`` (b, n, e); ``attention_mask`` (b, n), 1 = real token."""
+        """``input_ids`` (b, n) or ``inputs_embeds`` (b, n, e); ``attention_mask`` (b, n), 1 = real token;
+        packed documents by ``position_ids`` restarting, ``seq_idx`` or ``cu_seq_lens_q``, see :meth:`encode`."""
         out, _ = self.encode(
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
             output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+            cu_seq_lens_q=cu_seq_lens_q, cu_seq_lens_k=cu_seq_lens_k, max_length_q=max_length_q,
+            max_length_k=max_length_k, seq_idx=seq_idx,
         )  # fmt: skip
         return out if (self.config.return_dict if return_dict is None else return_dict) else out.to_tuple()

@@ -101,6 +101,12 @@ def nystrom_attention(
             "documents padded to a common length would not get their own landmarks; pack with "
             "segments='balanced' (the default), or run the documents one by one"
         )
+    if cu_seqlens is not None and pinv_init != "per_matrix":
+        raise ValueError(
+            f"pinv_init={pinv_init!r} scales the pseudo-inverse's start by the whole batch (the public "
+            "codes' parity mode), so a packed document's answer would depend on its neighbours; pack with "
+            "pinv_init='per_matrix' (the default)"
+        )
     if cu_seqlens is not None:  # every document as a sample of its own: exact on every path below
 
         def attend(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor, md: torch.Tensor) -> torch.Tensor:

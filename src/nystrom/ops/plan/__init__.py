@@ -1,19 +1,22 @@
 """The per-forward token plan that every attention variant shares: which tokens are real (``mask``), which
-document each belongs to (``cu_seqlens``), and the memo that computes what they determine once per forward
-for all layers (:func:`shared_plan`). Nyström's landmarks, the fused kernels' plan, softmax attention and
-the modules all read them from here."""
+document each belongs to (``cu_seqlens``; transformers' forms of it become it in :mod:`.forms`), and the
+memo that computes what they determine once per forward for all layers (:func:`shared_plan`). Nyström's
+landmarks, the fused kernels' plan, softmax attention and the modules all read them from here."""
 
 from nystrom.ops.plan.documents import (
     Documents,
     check_cu_seqlens,
-    cu_seqlens_from_document_ids,
-    document_ids_from_positions,
     document_plan,
     from_documents,
     packed_plan,
     rows_from_documents,
     run_packed,
     to_documents,
+)
+from nystrom.ops.plan.forms import (
+    cu_seqlens_from_document_ids,
+    document_ids_from_positions,
+    packed_cu_seqlens,
 )
 from nystrom.ops.plan.shared import adopt, padding, shared, shared_plan
 
@@ -25,6 +28,7 @@ __all__ = [
     "document_ids_from_positions",
     "document_plan",
     "from_documents",
+    "packed_cu_seqlens",
     "packed_plan",
     "padding",
     "rows_from_documents",
