@@ -181,6 +181,15 @@ def test_softmax_attention_packs(block_size):
     assert rel_err(mod(x, cu_seqlens=cu), alone) <= 1e-12
 
 
+def test_sliding_window_attention_packs():
+    """Longformer's windows (the long recipe's local layers) stop at a document's end as they do alone."""
+    cu = _offsets([5, 1, 40, 18])
+    mod = REGISTRY["longformer"](16, heads=2, dim_head=8, window_size=9).double()
+    x = torch.randn(1, 64, 16, dtype=torch.float64)
+    alone = torch.cat([mod(x[:, s:e]) for s, e in zip(cu[:-1].tolist(), cu[1:].tolist())], 1)
+    assert rel_err(mod(x, cu_seqlens=cu), alone) <= 1e-12
+
+
 def test_modules_without_exact_padding_refuse_packing():
     """A variant whose output depends on the padded length (Linformer's projection over n) cannot give a
     document what it gets alone: it raises instead of mixing."""

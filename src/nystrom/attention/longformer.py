@@ -25,6 +25,7 @@ class LongformerAttention(AttentionBase):
     """
 
     name = "longformer"
+    packs_documents = True  # a window past a document's end sees masked padding, as alone it sees nothing
 
     def __init__(
         self,

@@ -102,23 +102,29 @@ class PackedMLMDataset(Sequence):
         self.pieces = -(-len(self.stream) // self.content)
         if self.pieces == 0:
             raise ValueError(f"the {split} split of {corpus.folder} holds no tokens")
-        special = np.asarray(tokenizer.special_ids)
-        self.replacement_ids = np.setdiff1d(np.arange(tokenizer.vocab_size), special)
-        self._special = special
+        self._special = np.asarray(tokenizer.special_ids)
+        self.replacement_ids = np.setdiff1d(np.arange(tokenizer.vocab_size), self._special)
         self.stream_masked: np.ndarray | None = None
         self.stream_labels: np.ndarray | None = None
         if fixed_masks:
-            rng = np.random.default_rng([seed, self.salt, 0x10C])
-            candidates = np.flatnonzero(~np.isin(self.stream, special))  # (t',)
-            self.stream_masked, self.stream_labels = mask_tokens(
-                self.stream, candidates, rng, mask_id=tokenizer.mask_id,
-                replacement_ids=self.replacement_ids, prob=mask_prob,
-            )  # fmt: skip
+            self.stream_masked, self.stream_labels = self.draw_masks(
+                self.stream, np.random.default_rng([seed, self.salt, 0x10C])
+            )
 
     @property
     def num_tokens(self) -> int:
         """Tokens of the split's stream (documents + one separator each)."""
         return len(self.stream)
+
+    def draw_masks(self, raw: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """BERT masks of the tokens ``raw`` (t,) (never special ones): masked ids (t,), labels (t,)."""
+        candidates = np.flatnonzero(~np.isin(raw, self._special))
+        if len(candidates) == 0:
+            return raw, np.full(len(raw), -100, dtype=np.int64)
+        return mask_tokens(
+            raw, candidates, rng, mask_id=self.tok.mask_id, replacement_ids=self.replacement_ids,
+            prob=self.mask_prob,
+        )  # fmt: skip
 
     def __len__(self) -> int:
         return self.pieces * self.dupe_factor
@@ -132,16 +138,9 @@ class PackedMLMDataset(Sequence):
         if self.stream_masked is not None:
             body, body_labels = self.stream_masked[lo:hi], self.stream_labels[lo:hi]
         else:
-            raw = self.stream[lo:hi]
-            rng = np.random.default_rng([self.seed, self.salt, j, copy])
-            candidates = np.flatnonzero(~np.isin(raw, self._special))
-            if len(candidates) == 0:
-                body, body_labels = raw, np.full(len(raw), -100, dtype=np.int64)
-            else:
-                body, body_labels = mask_tokens(
-                    raw, candidates, rng, mask_id=t.mask_id, replacement_ids=self.replacement_ids,
-                    prob=self.mask_prob,
-                )  # fmt: skip
+            body, body_labels = self.draw_masks(
+                self.stream[lo:hi], np.random.default_rng([self.seed, self.salt, j, copy])
+            )
         ids = np.concatenate([[t.cls_id], body, [t.sep_id]]).astype(np.int64)  # (n,)
         labels = np.concatenate([[-100], body_labels, [-100]]).astype(np.int64)
         ref = 1 + np.mod(np.arange(lo, hi), self.reference_length - 2)  # content tokens in R-token pieces

@@ -9,7 +9,9 @@ a random segment boundary (or at a random token when it holds one segment; segme
 are first cut into pieces of L - 3). Items are made on the fly from ``(seed, split, index)`` alone:
 the pair is truncated to L - 3 (trimming the longer side at a random end, as BERT), swapped with
 probability 0.5 (SOP label 1 = swapped), laid out as ``[CLS] A [SEP] B [SEP]`` and masked — so a
-resumed or multi-process run sees identical examples and masks.
+resumed or multi-process run sees identical examples and masks. An example's length does not depend on
+the draw (:attr:`PretrainingDataset.example_lengths`), so pairs can be packed into rows ahead of time
+(:class:`~nystrom_lab.data.packed_batches.PackedRows`, ``nystrom pretrain --packing documents``).
 """
 
 from __future__ import annotations
@@ -158,6 +160,12 @@ class PretrainingDataset(Sequence):
             raise ValueError(f"the {split} split of {corpus.folder} holds no example of >= 2 tokens")
         special = np.asarray(tokenizer.special_ids)
         self.replacement_ids = np.setdiff1d(np.arange(tokenizer.vocab_size), special)  # (v - specials,)
+
+    @property
+    def example_lengths(self) -> np.ndarray:
+        """Tokens of each pair's example, the same for every draw: (I,). The pair is cut to L - 3 tokens
+        whatever the draw trims, then ``[CLS] A [SEP] B [SEP]`` adds 3."""
+        return np.minimum(self.instances[:, 2] - self.instances[:, 0], self.seq_len - 3) + 3
 
     def __len__(self) -> int:
         return len(self.instances) * self.dupe_factor

@@ -3,14 +3,25 @@ its report (:mod:`nystrom_lab.long_context.experiment`, :mod:`nystrom_lab.long_c
 
 from __future__ import annotations
 
-from nystrom_lab.long_context.experiment import ORDER, VARIANTS, LongContextRun, train_variant
+from nystrom_lab.argtypes import UsageError
+from nystrom_lab.long_context.experiment import (
+    ORDER,
+    VARIANTS,
+    LongContextRun,
+    experiment_packing,
+    train_variant,
+)
 
 
 def cmd_long_context(args) -> int:
     from nystrom_lab.long_context.report import write_report
 
+    try:
+        packing = experiment_packing(args.packing, args.out)
+    except ValueError as err:
+        raise UsageError(str(err)) from err
     run = LongContextRun(corpus=tuple(args.corpus), out=args.out, variants=tuple(args.variants), steps=args.steps,
-                         seed=args.seed)  # fmt: skip
+                         seed=args.seed, packing=packing)  # fmt: skip
     run.write_settings()
     if not args.report_only:
         for variant in run.variants:
@@ -38,6 +49,7 @@ def register(sub) -> None:
 
     from nystrom_lab.argtypes import add_device_option, existing_dir, output_dir, positive_int
     from nystrom_lab.long_context import experiment as long_context
+    from nystrom_lab.text.layout import LAYOUTS
     from nystrom_lab.text.options import corpus
 
     d = LongContextRun(corpus=("unused",))
@@ -52,6 +64,13 @@ def register(sub) -> None:
     )
     c.add_argument("--steps", type=positive_int, default=d.steps, help=f"optimiser steps (default {d.steps})")
     c.add_argument("--seed", type=int, default=d.seed, help="head, example order, masks (default 0)")
+    c.add_argument(
+        "--packing", choices=LAYOUTS,
+        help=f"every variant's rows (default {d.packing}, or what OUT/settings.json records): documents packs"
+        " whole documents, each attending only to itself (a Brown document sits alone in a 4096-token row: 37 %% padding);"
+        " stream reproduces the layout before packing (documents concatenated and cut into rows, seeing each"
+        " other); off pads one document piece per row",
+    )  # fmt: skip
     c.add_argument(
         "--genres", type=existing_dir, metavar="DIR",
         help="then fine-tune Brown genre classification on DIR's tables (`nystrom data brown OUT --genres`"

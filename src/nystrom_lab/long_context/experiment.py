@@ -13,18 +13,27 @@ tokens per step, steps, learning rate, masks and seed:
 - ``softmax-4096``: converted to 4096 positions, exact softmax (SDPA): the quality ceiling.
 
 Every variant is scored on the same dev tokens with the same masks, overall and per position bucket of
-the 4096-token layout ([0, 512), [512, 1024), [1024, 2048), [2048, 4096)). Each variant trains in its own
+the 4096-token layout ([0, 512), [512, 1024), [1024, 2048), [2048, 4096)).
+
+Rows (``--packing``, the same for every variant; :mod:`nystrom_lab.text.layout`): ``documents`` (the
+default) packs whole documents, each attending only to itself, a document longer than a row cut into
+pieces of their own; ``stream`` reproduces the layout before packing (the documents' concatenation cut
+into rows: no padding, but a row's documents see each other); ``off`` pads one document piece per row.
+On Brown every document is 2,261-3,299 tokens, so at 4096 ``documents`` holds one document per row
+(37 % padding) where ``stream`` fills the rows; at 512 it pads 0.7 %. Each variant trains in its own
 process (``nystrom pretrain --init-from``: resumable, peak memory its own), one after the other; finished
 variants are skipped when the command is run again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from nystrom_lab.long_context.run import LongRun
+from nystrom_lab.text.layout import check_layout
 
 #: variant -> (attention spec of the converted model, training length); Nyström: NystromAttention's default
 #: landmarks with the text commands' conv kernel (nystrom_lab.text.presets), as `nystrom convert long` gives
@@ -41,8 +50,10 @@ class LongContextRun(LongRun):
     """Options of the experiment (:class:`~nystrom_lab.long_context.run.LongRun`'s) and its variants."""
 
     variants: tuple[str, ...] = ORDER
+    packing: str = "documents"  # LongRun's field, another default: this experiment packs documents
 
     def __post_init__(self) -> None:
+        check_layout(self.packing, "mlm")
         unknown = sorted(set(self.variants) - set(VARIANTS))
         if unknown:
             raise ValueError(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
@@ -55,6 +66,20 @@ class LongContextRun(LongRun):
 
     def length(self, variant: str) -> int:
         return self.long_length if VARIANTS[variant][1] != 512 else 512
+
+
+def experiment_packing(requested: str | None, out: Path) -> str:
+    """The experiment's layout: ``requested`` (``--packing``), else the one ``out/settings.json`` records (a
+    record without it: ``stream``, the layout before packing), else ``documents``. A layout other than the
+    recorded one is refused: the variants trained so far would not compare."""
+    path = Path(out) / "settings.json"
+    recorded = json.loads(path.read_text()).get("packing", "stream") if path.is_file() else None
+    if requested is not None and recorded is not None and requested != recorded:
+        raise ValueError(
+            f"{out} holds a --packing {recorded} experiment; give --packing {recorded} (or none) to continue it,"
+            f" or another --out for --packing {requested}"
+        )
+    return requested or recorded or "documents"
 
 
 def minilm_mlm(seed: int):

@@ -40,15 +40,22 @@ class LongRun:
     dupe_factor: int = 10
     precision: str = "bf16"
     seed: int = 0
+    #: every variant's ``--packing`` (nystrom_lab.text.layout): one layout for all, so that they compare
+    packing: str = "stream"
 
     @classmethod
     def from_record(cls: type[R], data: dict) -> R:
-        """The run :meth:`record` describes (JSON lists back to tuples, the folder to a Path)."""
-        return options_from_record(cls, data)
+        """The run :meth:`record` describes (JSON lists back to tuples, the folder to a Path); a record
+        written before ``packing`` was an option describes a stream run."""
+        return options_from_record(cls, {"packing": "stream", **data})
 
     def record(self) -> dict:
-        """The options as ``settings.json`` and the report's ``settings`` hold them."""
-        return options_record(self)
+        """The options as ``settings.json`` and the report's ``settings`` hold them; ``packing`` only when it
+        is not ``stream`` (so a stream run's record reads as it did before the option)."""
+        out = options_record(self)
+        if out.get("packing") == "stream":
+            del out["packing"]
+        return out
 
     def write_settings(self) -> None:
         """``OUT/settings.json``: :meth:`record`."""
@@ -81,7 +88,7 @@ class LongRun:
             "--steps", str(self.variant_steps(variant)), "--lr", str(self.lr), "--warmup", str(self.warmup),
             "--eval-every", str(self.eval_every), "--eval-batches", "100000", "--eval-at-start",
             "--dev-fraction", str(self.dev_fraction), "--dupe-factor", str(self.dupe_factor),
-            "--precision", self.precision, "--device", device, *self.seed_args(variant),
+            "--precision", self.precision, "--device", device, "--packing", self.packing, *self.seed_args(variant),
         ]  # fmt: skip
 
     def train_in_child(self, variant: str, *, progress: bool = True, device: str = "auto") -> None:

@@ -148,6 +148,7 @@ class Figure5Run:
             eval_every=self.eval_every, eval_batches=self.eval_batches, dropout=self.dropout,
             dev_fraction=self.dev_fraction, seed=self.seed, dupe_factor=self.dupe_factor, precision=self.precision,
             device=self.device, compile=self.compile,
+            packing="off",  # one pair per row for every variant: linformer, performer, ... cannot pack
         )  # fmt: skip
 
     def write_model_config(self) -> Path:

@@ -4,7 +4,9 @@ Legend: b batch, n tokens, c classes.
 
 Data: ``--train-file`` (CSV, TSV or JSONL; :mod:`nystrom_lab.data.tables`) with optional
 ``--validation-file`` / ``--test-file``, or a GLUE task / IMDB folder (``TASK --data DIR``); both become
-the same :class:`~nystrom_lab.data.glue.Examples` and go through one path. Labels follow transformers'
+the same :class:`~nystrom_lab.data.glue.Examples` and go through one path. Rows: one example per row,
+padded per batch; a sequence label belongs to one row, so fine-tuning does not pack documents
+(pre-training does: :mod:`nystrom_lab.text.layout`). Labels follow transformers'
 ``problem_type``: class names (``id2label``), regression, multi-label; the loss and the metrics fit
 (:mod:`nystrom_lab.training.metrics`), and ``--metric`` picks the dev metric that selects the best step.
 
@@ -244,7 +246,7 @@ def run_finetune(run: FinetuneRun, *, progress: bool = True) -> dict:
     name = run.task or Path(run.train_file).stem
     task = Task(
         model, train_set, collate, make_step(labels.problem_type), dev=devs[0] if devs else None,
-        name=f"finetune-{name}", finalize=finalize,
+        name=f"finetune-{name}", finalize=finalize, layout="off",  # a sequence label per row: no packing
     )  # fmt: skip
     cfg = run.train_config(len(train_set), metric=metric)
     if devs:

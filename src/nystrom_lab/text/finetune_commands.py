@@ -28,6 +28,8 @@ GLUE/IMDB:  nystrom finetune sst2 --data glue_data --init-from minilm --out runs
 start:      --init-from a BERT/RoBERTa folder or minilm, a folder of ours (e.g. a `nystrom pretrain` run or
             `nystrom convert long` output), a transformers Nystromformer folder, or a configuration (bert-small,
             bert-base, a config .json: a fresh random model)
+rows:       one example per row, padded to the batch's longest: a sequence label (class, score) belongs to its
+            row, so classification and regression do not pack documents (`nystrom pretrain` packs them)
 """
 
 
@@ -98,7 +100,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     f.add_argument("--preset", choices=sorted(FT_PRESETS), default="paper")
     f.add_argument("--epochs", type=positive_float, help="passes over the training set (paper: 4)")
-    f.add_argument("--max-length", type=positive_int, help="tokens per example (128; IMDB 512)")
+    f.add_argument(
+        "--max-length", type=positive_int,
+        help="tokens per example (128; IMDB 512); examples are padded per batch, never packed (one label per row)",
+    )  # fmt: skip
     f.add_argument("--max-train-examples", type=positive_int, help="use only the first N training examples")
     f.add_argument(
         "--max-eval-examples", type=positive_int, help="use only the first N of each dev/test split"

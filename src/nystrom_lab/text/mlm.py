@@ -4,11 +4,17 @@ Legend: b batch, L sequence length, e hidden size, v vocabulary, k masked positi
 buckets.
 
 The long-context recipe's second half (the first is ``nystrom convert long``): ``--init-from`` a folder of
-ours (e.g. a converted long model; any start point works), documents packed into L-token pieces
-(:class:`~nystrom_lab.data.text_mlm.PackedMLMDataset`), masks redrawn per copy, the MLM head run on masked
-positions only, and the dev set scored on fixed masks, overall and per position bucket
-([0, 512), [512, 1024), [1024, 2048), ... of the reference length R), so runs of different lengths and
-attentions are scored on the same tokens.
+ours (e.g. a converted long model; any start point works), whole documents in L-token rows, masks redrawn
+per copy, the MLM head run on masked positions only, and the dev set scored on fixed masks, overall and
+per position bucket ([0, 512), [512, 1024), [1024, 2048), ... of the reference length R), so runs of
+different lengths, attentions and layouts are scored on the same tokens with the same masks.
+
+Rows (``--packing``, :mod:`nystrom_lab.text.layout`), for the training and the dev documents alike:
+``documents`` (the default where the model packs) packs documents, a longer one cut into L-token pieces
+of their own (:class:`~nystrom_lab.data.text_mlm_documents.DocumentMLMDataset` in
+:class:`~nystrom_lab.data.packed_batches.PackedRows`), each attending only to itself; ``stream`` cuts the
+documents' concatenation into rows, a row's documents seeing each other
+(:class:`~nystrom_lab.data.text_mlm.PackedMLMDataset`); ``off`` pads one document piece per row.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ from torch import nn
 from nystrom.convert.transfer import transfer
 from nystrom.layers.cross_entropy import linear_cross_entropy
 from nystrom.model import NystromformerForMaskedLM
+from nystrom_lab.data.packed_batches import PackedRows, collate_packed
 from nystrom_lab.data.text import TextTokenizer, build_token_cache, load_tokenizer
 from nystrom_lab.data.text_corpus import resolve_corpus
 from nystrom_lab.data.text_mlm import PackedMLMDataset, collate_mlm, position_buckets
+from nystrom_lab.data.text_mlm_documents import DocumentMLMDataset
+from nystrom_lab.text.layout import choose_layout
 from nystrom_lab.text.models import load_start
 from nystrom_lab.training import Task
 
@@ -59,10 +68,11 @@ def masked_token_loss(lm_head: nn.Module, hidden: torch.Tensor, labels: torch.Te
 class MaskedLMObjective(nn.Module):
     """MLM loss of a :class:`NystromformerForMaskedLM`, its head run on masked positions only.
 
-    ``forward(input_ids, attention_mask, labels, positions)`` (each (b, L)) returns ``(loss, loss_sum,
-    correct, masked, bucket_correct, bucket_count, bucket_loss)``: the loss to train (mean over examples
-    of each example's mean over its masked tokens), the summed token loss, correct and masked token
-    counts (scalars), and per-bucket sums (B,) keyed by ``positions``.
+    ``forward(input_ids, attention_mask, labels, positions, **packing)`` (each (b, L); ``packing``: a packed
+    batch's :data:`~nystrom_lab.data.packed_batches.PACKING_KEYS`, passed to the model as they are) returns
+    ``(loss, loss_sum, correct, masked, bucket_correct, bucket_count, bucket_loss)``: the loss to train
+    (mean over rows of each row's mean over its masked tokens), the summed token loss, correct and masked
+    token counts (scalars), and per-bucket sums (B,) keyed by ``positions``.
     """
 
     def __init__(self, model: NystromformerForMaskedLM, *, edges: tuple[int, ...]) -> None:
@@ -71,8 +81,9 @@ class MaskedLMObjective(nn.Module):
         self.register_buffer("inner_edges", torch.tensor(edges[1:-1], dtype=torch.long), persistent=False)
         self.num_buckets = len(edges) - 1
 
-    def forward(self, input_ids, attention_mask, labels, positions):
-        out = self.model.nystromformer(input_ids, attention_mask)  # hidden (b, L, e)
+    def forward(self, input_ids, attention_mask, labels, positions, **packing):
+        model = self.model.nystromformer
+        out = model(input_ids=input_ids, attention_mask=attention_mask, **packing)  # hidden (b, L, e)
         sel = labels != -100  # (b, L)
         loss, token_loss, predicted, target = masked_token_loss(
             self.model.lm_head, out.last_hidden_state, labels
@@ -115,7 +126,7 @@ def mlm_model(run: PretrainRun) -> tuple[NystromformerForMaskedLM, Path | None]:
 
 
 def make_mlm_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
-    """Model, packed train/dev splits, collate and step of an MLM-only run for the shared loop."""
+    """Model, train/dev splits in the run's layout (``--packing``), collate and step of an MLM-only run."""
     files = resolve_corpus(list(run.corpus), run.out / "cache")
     model, beside = mlm_model(run)
     if run.tokenizer is None and beside is None:
@@ -135,23 +146,30 @@ def make_mlm_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
         )
     if run.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    layout = choose_layout(run.packing, "mlm", model, out=run.out)
     cache = build_token_cache(files, tok, run.out / "cache" / "tokens", doc_mode=run.doc_mode)
     kw = dict(seq_len=length, dev_fraction=run.dev_fraction, seed=run.seed)
-    train_set = PackedMLMDataset(cache, tok, split="train", dupe_factor=run.dupe_factor, **kw)
     ref = run.reference_length or length
-    dev_kw = {
-        **kw,
-        "seed": run.seed if run.dev_seed is None else run.dev_seed,
-    }  # the same dev tokens across seeds
-    dev_set = PackedMLMDataset(cache, tok, split="dev", fixed_masks=True, reference_length=ref, **dev_kw)
+    dev_seed = run.seed if run.dev_seed is None else run.dev_seed  # the same dev tokens across seeds
+    dev_kw = {**kw, "seed": dev_seed, "fixed_masks": True, "reference_length": ref}
+    data = PackedMLMDataset if layout == "stream" else DocumentMLMDataset
+    train_set = data(cache, tok, split="train", dupe_factor=run.dupe_factor, **kw)
+    dev_set = data(cache, tok, split="dev", **dev_kw)
+    if layout == "documents":
+        train_set = PackedRows(
+            train_set, train_set.example_lengths, max_length=length, seed=run.seed, copies=run.dupe_factor
+        )
+        dev_set = PackedRows(dev_set, dev_set.example_lengths, max_length=length, seed=dev_seed)
     edges = position_buckets(ref)
     pad = tok.pad_id
 
     def collate(items: list[dict]) -> dict[str, torch.Tensor]:
+        if "document_lengths" in items[0]:  # packed rows
+            return collate_packed(items, pad_id=pad, pad_to=length)
         return collate_mlm(items, pad_id=pad, pad_to=length)
 
     task = Task(
         MaskedLMObjective(model, edges=edges), train_set, collate, make_mlm_step(edges), dev=dev_set,
-        name=f"mlm-{length}",
+        name=f"mlm-{length}", layout=layout,
     )  # fmt: skip
     return task, tok

@@ -8,10 +8,15 @@ the MLM loss is the mean over examples of each example's mean over its masked to
 rank's share of a batch weighs the same and 2 processes reproduce 1 process exactly. The MLM head
 only runs on masked positions (k ≈ 0.15·b·L rows instead of b·L: the vocabulary projection is most of
 a small model's cost).
+
+Rows (``--packing``, :mod:`nystrom_lab.text.layout`): by default the training pairs are packed into
+L-token rows, each attending only to itself (:mod:`nystrom_lab.data.packing`), and SOP is scored per
+pair from its own ``[CLS]``; the dev pairs stay one per row, so dev metrics do not depend on the layout.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,10 +28,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from nystrom.model import NystromformerForPreTraining
+from nystrom_lab.data.packed_batches import PackedRows, collate_packed
 from nystrom_lab.data.records import describe_file, options_record
 from nystrom_lab.data.text import TextTokenizer, build_token_cache, load_tokenizer, train_wordpiece
 from nystrom_lab.data.text_corpus import resolve_corpus
 from nystrom_lab.data.text_pretrain import PretrainingDataset, collate_pretraining
+from nystrom_lab.text.layout import UNPACKED, choose_layout
 from nystrom_lab.text.mlm import masked_token_loss
 from nystrom_lab.text.models import load_start, save_model_folder, transfer
 from nystrom_lab.text.pretrain_run import PretrainRun
@@ -36,35 +43,53 @@ from nystrom_lab.training import Task, TrainConfig, train
 class PreTrainingObjective(nn.Module):
     """MLM + SOP of a :class:`NystromformerForPreTraining`, the MLM head run on masked positions only.
 
-    Returns ``(loss, mlm_loss, sop_loss, mlm_correct, masked, sop_correct)`` (all scalar tensors).
+    Returns ``(loss, mlm_loss, sop_loss, mlm_correct, masked, sop_correct)`` (all scalar tensors). A packed
+    batch (``packing``: :data:`~nystrom_lab.data.packed_batches.PACKING_KEYS`) goes to the model as it is;
+    its ``sentence_order_label`` holds one label per pair (D,), each scored from the pair's first token.
     """
 
     def __init__(self, model: NystromformerForPreTraining) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, token_type_ids, labels, sentence_order_label):
+    def forward(self, input_ids, attention_mask, token_type_ids, labels, sentence_order_label, **packing):
         base = self.model.nystromformer
-        out = base(input_ids, attention_mask, token_type_ids)  # hidden (b, L, e), pooled (b, e)
+        masks = {"attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        out = base(input_ids=input_ids, **masks, **packing)  # hidden (b, L, e), pooled (b, e)
         sel = labels != -100  # (b, L)
         mlm, _, predicted, target = masked_token_loss(self.model.lm_head, out.last_hidden_state, labels)
-        sop_logits = self.model.sop_head(out.pooler_output)  # (b, 2)
+        pooled = out.pooler_output  # (b, e)
+        if "cu_seq_lens_q" in packing:
+            pooled = document_pooled(base, out.last_hidden_state, packing["cu_seq_lens_q"])  # (D, e)
+        sop_logits = self.model.sop_head(pooled)  # (b or D, 2)
         sop = F.cross_entropy(sop_logits.float(), sentence_order_label)
         mlm_correct = (predicted == target).sum()
         sop_correct = (sop_logits.argmax(-1) == sentence_order_label).sum()
         return mlm + sop, mlm.detach(), sop.detach(), mlm_correct, sel.sum(), sop_correct
 
 
+def document_pooled(base: nn.Module, hidden: torch.Tensor, cu_seq_lens: torch.Tensor) -> torch.Tensor:
+    """The pooler output of every packed document: the model's pooler (tanh of a dense layer) on each
+    document's first token. ``hidden`` (b, n, e), ``cu_seq_lens`` (D + 1,) -> (D, e)."""
+    if getattr(base, "pooler", None) is None:
+        raise ValueError(
+            "MLM + SOP on packed pairs needs the model's pooler (config.pooler=True); train with --packing off"
+        )
+    first = hidden.reshape(-1, hidden.shape[-1])[cu_seq_lens[:-1].long()]  # (D, e)
+    return torch.tanh(base.pooler(first))
+
+
 def pretrain_step(model: nn.Module, batch: dict) -> tuple[torch.Tensor, dict[str, tuple[torch.Tensor, int]]]:
     """Loss and ``mlm_accuracy`` (over masked tokens), ``sop_accuracy``, ``mlm_loss``, ``sop_loss``
     (device tensors: the loop reads them once per evaluation, never per step)."""
     loss, mlm, sop, mlm_correct, masked, sop_correct = model(**batch)
-    b = int(batch["input_ids"].shape[0])
+    b = int(batch["input_ids"].shape[0])  # rows
+    d = int(batch["sentence_order_label"].shape[0])  # pairs: b, or more in packed rows
     return loss, {
         "mlm_accuracy": (mlm_correct, masked),
-        "sop_accuracy": (sop_correct, b),
+        "sop_accuracy": (sop_correct, d),
         "mlm_loss": (mlm * b, b),
-        "sop_loss": (sop * b, b),
+        "sop_loss": (sop * d, d),
     }
 
 
@@ -121,7 +146,8 @@ def build_model(run: PretrainRun) -> tuple[NystromformerForPreTraining, Path | N
 
 
 def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
-    """Model, MLM+SOP train/dev splits of the corpus, collate and step for the shared loop."""
+    """Model, MLM+SOP train/dev splits of the corpus, collate and step for the shared loop (training pairs
+    packed into rows under ``--packing documents``)."""
     files = resolve_corpus(list(run.corpus), run.out / "cache")
     model, beside, preset = build_model(run)
     tok = resolve_tokenizer(run, files, beside)
@@ -141,15 +167,23 @@ def make_task(run: PretrainRun) -> tuple[Task, TextTokenizer]:
     kw = dict(
         seq_len=run.length(), dev_fraction=run.dev_fraction, short_seq_prob=run.short_seq_prob, seed=run.seed
     )
+    layout = choose_layout(run.packing, run.objective, model, out=run.out)
     train_set = PretrainingDataset(cache, tok, split="train", dupe_factor=run.dupe_factor, **kw)
-    dev_set = PretrainingDataset(cache, tok, split="dev", **kw)
+    dev_set = PretrainingDataset(cache, tok, split="dev", **kw)  # one pair per row under every layout
     length, pad = run.length(), tok.pad_id
+    if layout == "documents":
+        train_set = PackedRows(
+            train_set, train_set.example_lengths, max_length=length, seed=run.seed, copies=run.dupe_factor
+        )
 
     def collate(items: list[dict]) -> dict[str, torch.Tensor]:
+        if "document_lengths" in items[0]:  # packed training rows
+            return collate_packed(items, pad_id=pad, pad_to=length)
         return collate_pretraining(items, pad_id=pad, pad_to=length)
 
     name = f"pretrain-{run.attention or 'own'}"
-    return Task(PreTrainingObjective(model), train_set, collate, pretrain_step, dev=dev_set, name=name), tok
+    objective = PreTrainingObjective(model)
+    return Task(objective, train_set, collate, pretrain_step, dev=dev_set, name=name, layout=layout), tok
 
 
 #: options added later: a record without them (or, for lr_scale, with None) meant these
@@ -163,6 +197,8 @@ def _upgrade(record: dict) -> dict:
     out = {**_LATER_OPTIONS, **record}
     if out["lr_scale"] is None:
         out["lr_scale"] = []
+    if out.get("packing") is None:  # written before --packing: the objective's unpacked layout
+        out["packing"] = UNPACKED[out.get("objective") or "mlm+sop"]
     if isinstance(out.get("model_config"), dict):
         out["model_config"] = {**_LATER_CONFIG, **out["model_config"]}
     return out
@@ -195,6 +231,7 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
         task, tok = make_mlm_task(run)
     else:
         task, tok = make_task(run)
+    run = dataclasses.replace(run, packing=task.layout)  # the layout chosen: recorded, kept on resumption
     if run.gradient_checkpointing:
         task.model.model.gradient_checkpointing_enable()
     record = options_record(run)
@@ -219,7 +256,8 @@ def run_pretrain(run: PretrainRun, *, progress: bool = True) -> dict:
     cfg = run.train_config()
     check_eval_batches(len(task.dev), cfg)
     results = train(task, cfg, run.out, progress=progress)
-    results.update(train_examples=len(task.train), dev_examples=len(task.dev))
+    # train_examples: rows when packed
+    results.update(train_examples=len(task.train), dev_examples=len(task.dev), layout=task.layout)
     if _rank() == 0:
         save_model_folder(task.model.model, tok.path, run.out / "model")
         (run.out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True))

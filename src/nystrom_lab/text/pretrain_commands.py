@@ -25,6 +25,7 @@ from nystrom_lab.argtypes import (
     positive_int,
 )
 from nystrom_lab.attention_spec import attention
+from nystrom_lab.text.layout import LAYOUTS
 from nystrom_lab.text.options import add_common, corpus, dropout, is_main, run_folder
 
 _PRETRAIN_EPILOG = """\
@@ -67,7 +68,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         steps=args.steps, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
         warmup=args.warmup, eval_every=args.eval_every, eval_batches=args.eval_batches, dropout=args.dropout, doc_mode=args.doc_mode,
         dev_fraction=args.dev_fraction, grad_accum=args.grad_accum, seed=args.seed, lr_scale=tuple(args.lr_scale),
-        dev_seed=args.dev_seed,
+        dev_seed=args.dev_seed, packing=args.packing,
         **_given(dupe_factor=args.dupe_factor), **device_options(args),
     )  # fmt: skip
     with run_folder(args.out):
@@ -177,8 +178,18 @@ def register(subparsers: argparse._SubParsersAction) -> argparse._SubParsersActi
     p.add_argument("--preset", choices=sorted(PT_PRESETS), default="quick")
     p.add_argument(
         "--objective", choices=("mlm+sop", "mlm"),
-        help="mlm+sop (the paper; the default) or mlm: whole documents packed into --max-length pieces, MLM"
+        help="mlm+sop (the paper; the default) or mlm: whole documents in --max-length rows (--packing), MLM"
         " only (the default when --init-from is a folder of ours: continued pre-training)",
+    )  # fmt: skip
+    p.add_argument(
+        "--packing", choices=LAYOUTS,
+        help="how examples sit in --max-length rows. documents (the default wherever the model can keep packed"
+        " documents apart: Nyström and softmax attention): packed end to end with no padding but a row's"
+        " tail, each attending only to itself (mlm: whole documents, one longer than a row cut into pieces"
+        " that are documents of their own; mlm+sop: the sentence pairs, SOP scored per pair). stream (mlm"
+        " only; its fallback): the documents' concatenation cut into rows, a row's documents seeing each"
+        " other (the long-context experiment's layout before packing). off (mlm+sop's fallback): one"
+        " example per row, padded. A resumed run keeps its recorded layout",
     )  # fmt: skip
     p.add_argument(
         "--reference-length", type=positive_int, metavar="R",

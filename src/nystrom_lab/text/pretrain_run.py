@@ -1,7 +1,7 @@
 """Options of one ``nystrom pretrain`` run (:class:`PretrainRun`) and the training configuration they give.
 
-Shared by the MLM + SOP path (:mod:`nystrom_lab.text.pretrain`) and the MLM-only path on packed documents
-(:mod:`nystrom_lab.text.mlm`).
+Shared by the MLM + SOP path (:mod:`nystrom_lab.text.pretrain`) and the MLM-only path on whole documents
+(:mod:`nystrom_lab.text.mlm`); how both lay examples out in rows: :mod:`nystrom_lab.text.layout`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nystrom_lab.data.constants import DUPE_FACTOR, SHORT_SEQ_PROB
+from nystrom_lab.text.layout import check_layout
 from nystrom_lab.text.presets import OBJECTIVES, PRETRAIN_PRESETS, WARMUP_FRACTION
 from nystrom_lab.training.config import TrainConfig
 
@@ -27,7 +28,8 @@ class PretrainRun:
         "bert-small"  # the start point (nystrom_lab.start_point): a configuration draws a fresh model
     )
     attention: str | None = None  # a spec of nystrom_lab.attention_spec; None: the start point's own
-    objective: str = "mlm+sop"  # or "mlm": packed whole documents, MLM only (mlm.py)
+    objective: str = "mlm+sop"  # or "mlm": whole documents, MLM only (mlm.py)
+    packing: str | None = None  # documents, stream, off (text.layout); None: documents where the model packs
     reference_length: int | None = None  # mlm: dev position buckets of this length (default: max_length)
     gradient_checkpointing: bool = False
     eval_at_start: bool = False
@@ -60,6 +62,7 @@ class PretrainRun:
             raise ValueError("give --tokenizer or --train-tokenizer, not both")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        check_layout(self.packing, self.objective)
         if self.dev_seed is not None and self.objective != "mlm":
             raise ValueError("--dev-seed applies to --objective mlm only (MLM + SOP draws its dev set from --seed)")
 

@@ -1,9 +1,10 @@
 """The record of a run folder's starts: ``OUT/run.json``.
 
 Each start of a run (a fresh one or a resume) writes the command line, the resolved training and model
-configuration, the seed, the data sizes and the versions of nystrom, torch, transformers and Python;
-the earlier starts of the same folder are kept under ``"previous"``. The one-run-per-folder lock that
-guards the folder while this is written is :mod:`nystrom_lab.training.runlock`.
+configuration, the seed, the data sizes, the data layout (packed documents or not) and the versions of
+nystrom, torch, transformers and Python; the earlier starts of the same folder are kept under
+``"previous"``. The one-run-per-folder lock that guards the folder while this is written is
+:mod:`nystrom_lab.training.runlock`.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def run_record(task: Any, cfg: Any) -> dict:
         "seed": cfg.seed,
         "train_config": dataclasses.asdict(cfg),
         "task": task.name,
+        "layout": getattr(task, "layout", None),  # how examples sit in rows (packed documents, padded, ...)
         "model_class": f"{type(task.model).__module__}.{type(task.model).__qualname__}",
         "model_config": model_cfg() if callable(model_cfg) else None,
         "examples": {"train": size(task.train), "dev": size(task.dev), "test": size(task.test)},

@@ -24,6 +24,8 @@ class Task:
     rates of true/false positives and false negatives); they are logged and can select the best step.
     ``finalize`` computes metrics from the per-example tensors a step returns (see
     :mod:`nystrom_lab.training.evaluate`): Spearman's rank correlation, macro-F1, Matthews.
+    ``layout`` says how examples sit in rows (``documents``: packed, ``stream``, ``off``: padded; see
+    :mod:`nystrom_lab.text.layout`), recorded in ``run.json``; None where a task does not say.
     """
 
     model: nn.Module
@@ -35,3 +37,4 @@ class Task:
     name: str = "task"
     derived: DerivedFn | None = None
     finalize: FinalizeFn | None = None
+    layout: str | None = None
