@@ -166,6 +166,31 @@ def test_packed_fused_kernels_interpreted():
         _check(_nystrom(8, conv), q, k, v, cu, None, torch.float32)
 
 
+@pytest.mark.gpu
+def test_packed_fused_kernels_on_cuda():
+    """On CUDA at real sizes (bf16, MiniLM's head, m = 64): the documents' answers through the fused
+    kernels, one padded batch (the launches of one call), forward and backward."""
+    lengths = [1000, 17, 3000, 80]
+    cu = _offsets(lengths).cuda()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(1, 4, sum(lengths), 64, device="cuda", dtype=torch.bfloat16, generator=g)
+        for _ in range(3)
+    )
+    with fused_kernels(True):
+        assert fused.covers(q, v, num_landmarks=64, pinv="iterative", pinv_init="per_matrix")
+        before = LAUNCHES.copy()
+        packed = nystrom_attention(q, k, v, cu_seqlens=cu)
+        packed_launches = LAUNCHES - before
+        before = LAUNCHES.copy()
+        nystrom_attention(q, k, v)
+        assert packed_launches == LAUNCHES - before
+        alone = torch.cat(
+            [nystrom_attention(q[:, :, s:e], k[:, :, s:e], v[:, :, s:e]) for s, e in zip(cu[:-1].tolist(), cu[1:].tolist())], 2
+        )  # fmt: skip
+    assert rel_err(packed, alone) <= 2e-2  # bf16 rounding, different splits over n
+
+
 @pytest.mark.parametrize("block_size", [None, 4])
 def test_softmax_attention_packs(block_size):
     """Exact softmax attention packs the same way (the long recipe's local layers and the exact baseline),
