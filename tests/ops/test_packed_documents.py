@@ -206,6 +206,27 @@ def test_softmax_attention_packs(block_size):
     assert rel_err(mod(x, cu_seqlens=cu), alone) <= 1e-12
 
 
+def test_module_with_recompute_packs():
+    """recompute=True rebuilds q/k/v head by head in the backward: the documents' answers and gradients
+    through it too, with documents in three groups of unlike lengths."""
+    cu = _offsets([300, 7, 1, 40, 600])
+    torch.manual_seed(0)
+    mod = NystromAttention(
+        16, heads=2, dim_head=8, num_landmarks=8, conv_kernel_size=5, recompute=True
+    ).double()
+    x = torch.randn(1, 948, 16, dtype=torch.float64, requires_grad=True)
+    pieces = zip(cu[:-1].tolist(), cu[1:].tolist())
+    alone = torch.cat([mod(x[:, s:e]) for s, e in pieces], 1)
+    packed = mod(x, cu_seqlens=cu)
+    assert rel_err(packed, alone) <= 1e-12
+    w = torch.randn_like(alone)
+    params = [x, *mod.parameters()]
+    for g1, g2 in zip(
+        torch.autograd.grad((packed * w).sum(), params), torch.autograd.grad((alone * w).sum(), params)
+    ):
+        assert rel_err(g1, g2) <= 1e-10
+
+
 def test_sliding_window_attention_packs():
     """Longformer's windows (the long recipe's local layers) stop at a document's end as they do alone."""
     cu = _offsets([5, 1, 40, 18])
