@@ -4,39 +4,19 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 
 from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, to_long
 from nystrom_lab.cli import run_command as text_main
 from nystrom_lab.data.records import read_metrics
-from nystrom_lab.data.text import build_token_cache, train_wordpiece
 from nystrom_lab.data.text_mlm import PackedMLMDataset, collate_mlm, document_stream, position_buckets
 from nystrom_lab.data.text_pretrain import split_documents
 from nystrom_lab.text.mlm import MaskedLMObjective, make_mlm_step
 
 CORPUS = Path(__file__).parents[2] / "fixtures" / "text" / "corpus"
-FILES = sorted(CORPUS.glob("*.txt"))
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    return train_wordpiece(FILES, tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=300)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory, tok):
-    """60 documents of 2-12 fixture sentences (deterministic), tokenised: short and long ones."""
-    lines = [ln for f in FILES for ln in f.read_text().splitlines() if ln]
-    rnd = random.Random(0)
-    docs = ["\n".join(rnd.sample(lines, rnd.randint(2, 12))) for _ in range(60)]
-    path = tmp_path_factory.mktemp("docs") / "docs.txt"
-    path.write_text("\n\n".join(docs) + "\n")
-    return build_token_cache([path], tok, path.parent / "cache")
 
 
 def test_pieces_tile_the_document_stream_once(corpus, tok):

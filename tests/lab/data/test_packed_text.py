@@ -4,37 +4,13 @@ lengths are the items' (MLM pieces and MLM + SOP pairs)."""
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-
 import numpy as np
-import pytest
 import torch
 
 from nystrom_lab.data.packed_batches import PackedRows, collate_packed
-from nystrom_lab.data.text import build_token_cache, train_wordpiece
 from nystrom_lab.data.text_mlm import PackedMLMDataset
 from nystrom_lab.data.text_mlm_documents import DocumentMLMDataset
 from nystrom_lab.data.text_pretrain import PretrainingDataset, split_documents
-
-CORPUS = Path(__file__).parents[2] / "fixtures" / "text" / "corpus"
-FILES = sorted(CORPUS.glob("*.txt"))
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    return train_wordpiece(FILES, tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=300)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory, tok):
-    """60 documents of 2-12 fixture sentences (deterministic): shorter and longer than the rows below."""
-    lines = [ln for f in FILES for ln in f.read_text().splitlines() if ln]
-    rnd = random.Random(0)
-    docs = ["\n".join(rnd.sample(lines, rnd.randint(2, 12))) for _ in range(60)]
-    path = tmp_path_factory.mktemp("docs") / "docs.txt"
-    path.write_text("\n\n".join(docs) + "\n")
-    return build_token_cache([path], tok, path.parent / "cache")
 
 
 def unmasked(item: dict) -> torch.Tensor:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from nystrom.model import minilm_path
-from nystrom_lab.data.text import build_token_cache, load_tokenizer, train_wordpiece
+from nystrom_lab.data.text import build_token_cache, load_tokenizer
 from nystrom_lab.data.text_pretrain import (
     PretrainingDataset,
     build_instances,
@@ -17,11 +17,6 @@ from nystrom_lab.data.text_pretrain import (
 
 CORPUS = Path(__file__).parents[2] / "fixtures" / "text" / "corpus"
 FILES = sorted(CORPUS.glob("*.txt"))
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    return train_wordpiece(FILES, tmp_path_factory.mktemp("tok") / "tokenizer.json", vocab_size=300)
 
 
 @pytest.fixture(scope="module")
