@@ -13,6 +13,7 @@ from nystrom_lab.docs import (
     blocks_gpu_text,
     blocks_launches,
     blocks_models,
+    blocks_packing,
     blocks_results,
     blocks_text,
 )
@@ -25,6 +26,7 @@ BLOCKS: list[Block] = [
     *blocks_gpu_text.BLOCKS,
     *blocks_launches.BLOCKS,
     *blocks_models.BLOCKS,
+    *blocks_packing.BLOCKS,
     *blocks_results.BLOCKS,
     *blocks_text.BLOCKS,
 ]

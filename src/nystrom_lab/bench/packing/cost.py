@@ -2,7 +2,7 @@
 
 Legend: n tokens of the row, D documents in it, m landmarks, h heads, d head dim.
 
-``python -m nystrom_lab.bench.packing.cost [--out docs/packing_cost.json]`` times MiniLM's attention layer
+``python -m nystrom_lab.bench.packing.cost [--out docs/packing/cost.json]`` times MiniLM's attention layer
 (e = 384, h = 12, d = 32, m = 64, conv 65) at n = 4096 and 16384, forward (no autograd) and
 forward + backward, for the row as one document and packed as: Brown's length mix (documents of about
 2,600 tokens: one whole and the start of the next, as the long-context rows are cut), 4, 16 and 64
@@ -28,6 +28,7 @@ import torch
 
 from nystrom import NystromAttention
 from nystrom_lab.bench.measure import machine_info
+from nystrom_lab.bench.packing.report import COST_LAYOUTS, cost_table
 
 LENGTHS = (4096, 16384)
 #: Brown's documents are ≈ 2,600 WordPiece tokens (docs/long-context.md): rows hold one and a part of the next
@@ -41,6 +42,7 @@ def layouts(n: int) -> dict[str, list[int]]:
     out = {"one document": [n], "Brown mix": brown}
     for count in (4, 16, 64):
         out[f"{count} equal"] = [n // count] * count
+    assert tuple(out) == COST_LAYOUTS
     return out
 
 
@@ -73,20 +75,6 @@ def measure(n: int, *, repeats: int, train: bool) -> dict[str, float]:
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def markdown(record: dict) -> str:
-    """The table: ms and the ratio to one document, per n and mode."""
-    names = list(layouts(LENGTHS[0]))
-    lines = [
-        "| n | mode | " + " | ".join(names) + " |",
-        "|---|---|" + "---|" * len(names),
-    ]
-    for row in record["rows"]:
-        base = row["ms"]["one document"]
-        cells = [f"{row['ms'][k]:.1f} ms ({row['ms'][k] / base:.2f}×)" for k in names]
-        lines.append(f"| {row['n']} | {row['mode']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.packing.cost", description=__doc__)
     parser.add_argument("--out", type=Path, default=None, help="write the record (JSON) and a .md table here")
@@ -102,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"machine": machine_info(), "threads": torch.get_num_threads(), "rows": rows}
     if args.out is not None:
         args.out.write_text(json.dumps(record, indent=1) + "\n")
-        args.out.with_suffix(".md").write_text(markdown(record) + "\n")
+        args.out.with_suffix(".md").write_text(cost_table(record))
     return record
 
 

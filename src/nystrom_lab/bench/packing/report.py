@@ -38,3 +38,23 @@ def render(results: dict) -> str:
         f" {m.get('torch', '?')}. `{results['command']}`"
     )
     return "\n".join(out) + "\n"
+
+
+#: the layouts of ``python -m nystrom_lab.bench.packing.cost``, in table order
+COST_LAYOUTS = ("one document", "Brown mix", "4 equal", "16 equal", "64 equal")
+
+
+def cost_table(record: dict) -> str:
+    """``python -m nystrom_lab.bench.packing.cost``'s record as a table: ms and the ratio to one document,
+    per n and mode, and a line naming the machine."""
+    lines = ["| n | mode | " + " | ".join(COST_LAYOUTS) + " |", "|---|---|" + "---|" * len(COST_LAYOUTS)]
+    for row in record["rows"]:
+        base = row["ms"]["one document"]
+        cells = [f"{row['ms'][k]:.1f} ms ({row['ms'][k] / base:.2f}×)" for k in COST_LAYOUTS]
+        lines.append(f"| {row['n']} | {row['mode']} | " + " | ".join(cells) + " |")
+    m = record["machine"]
+    lines += [
+        "",
+        f"{m.get('cpu', '?')}, {record['threads']} threads, torch {m.get('torch', '?')}; medians of interleaved rounds.",
+    ]
+    return "\n".join(lines) + "\n"
