@@ -16,7 +16,17 @@ Legend: L source length (512), N long length (4096), m landmarks.
    replay of the source's) and the source's dev masks (``--dev-seed``), so every number is on the same
    masked dev tokens.
 
-Results: ``OUT/results.json`` (``step0``, ``variants``, ``genre``), ``OUT/results.md``, ``OUT/curves.png``.
+Rows (``--packing``; :mod:`nystrom_lab.text.layout`): a long variant's name says its layout. ``SCHEME-ATTENTION``
+trains on the stream (the documents concatenated with ``[SEP]`` and cut into N-token rows, a row's documents
+seeing each other: every run before packing), ``SCHEME-ATTENTION-packed`` on packed documents (one Brown
+document per 4096-token row, attending only to itself, positions restarting); a packed variant starts from
+its stream twin's conversion and trains until it has seen the stream runs' *real* tokens
+(:mod:`nystrom_lab.long_context.positions_budget`). The source and ``window-512-continued`` keep the stream.
+``--packing`` (recorded in ``OUT/settings.json``; a record without it is ``stream``) picks the names of the
+variants the experiment chooses itself after the screen; the screen scores on the stream.
+
+Results: ``OUT/results.json`` (``step0``, ``variants``, ``within_document``, ``genre``), ``OUT/results.md``,
+``OUT/curves.png``.
 """
 
 from __future__ import annotations
@@ -51,8 +61,10 @@ LOG_SCALED = ("softmax-logn", "nystrom-logn")
 #: attentions whose variants count as long Nyström models (the ones trained after the screen)
 NYSTROM_ATTENTIONS = ("nystrom", "local-nystrom", "nystrom-logn")
 SOURCE, CONTINUED, BASELINE_LONG = "source", "window-512-continued", "copy-nystrom"
+#: the suffix of a long variant trained on packed documents (``--packing documents``)
+PACKED = "-packed"
 #: every name ``--variants`` takes
-TRAINABLE = (CONTINUED, *(f"{s}-{a}" for s in SCHEMES for a in ATTENTIONS))
+TRAINABLE = (CONTINUED, *(f"{s}-{a}{p}" for s in SCHEMES for a in ATTENTIONS for p in ("", PACKED)))
 #: learning-rate factor of the parameters a conversion adds or changes (positions, a zero-started conv skip)
 NEW_LR_SCALE = 10.0
 NEW_PARAMS = ("*position_embeddings*", "*attention.conv.*")
@@ -63,13 +75,25 @@ def variant_name(scheme: str, attention: str) -> str:
 
 
 def split_variant(name: str) -> tuple[str, str]:
-    """``"hier0.4-local-nystrom"`` -> ``("hier0.4", "local-nystrom")``; raises for an unknown name."""
+    """``"hier0.4-local-nystrom"`` (or ``"hier0.4-local-nystrom-packed"``) -> ``("hier0.4", "local-nystrom")``;
+    raises for an unknown name."""
+    base = unpacked(name)
     for scheme in SCHEMES:
-        if name.startswith(scheme + "-") and name[len(scheme) + 1 :] in ATTENTIONS:
-            return scheme, name[len(scheme) + 1 :]
+        if base.startswith(scheme + "-") and base[len(scheme) + 1 :] in ATTENTIONS:
+            return scheme, base[len(scheme) + 1 :]
     raise ValueError(
-        f"unknown variant {name!r}: expected SCHEME-ATTENTION with {list(SCHEMES)} x {list(ATTENTIONS)}"
+        f"unknown variant {name!r}: expected SCHEME-ATTENTION[{PACKED}] with {list(SCHEMES)} x {list(ATTENTIONS)}"
     )
+
+
+def unpacked(name: str) -> str:
+    """``name`` without :data:`PACKED`: its stream twin (the same start, the same recipe)."""
+    return name[: -len(PACKED)] if name.endswith(PACKED) else name
+
+
+def variant_layout(name: str) -> str:
+    """The rows ``name`` trains on: ``documents`` for a ``*-packed`` long variant, else ``stream``."""
+    return "documents" if name.endswith(PACKED) else "stream"
 
 
 @dataclass(frozen=True)
@@ -83,8 +107,14 @@ class PositionsRun(LongRun):
     source_length: int = 512
     source_steps: int = 300
     train_variants: tuple[str, ...] = ()  # empty: copy-nystrom + the two best screened Nyström variants
+    #: the layout of the variants chosen after the screen (a record without it: stream)
+    packing: str = "documents"
 
     def __post_init__(self) -> None:
+        if self.packing not in ("documents", "stream"):
+            raise ValueError(
+                f"--packing must be documents or stream for long-positions, got {self.packing!r}"
+            )
         for name in self.train_variants:
             if name != CONTINUED:
                 split_variant(name)
@@ -99,17 +129,32 @@ class PositionsRun(LongRun):
         """The folder a variant starts from (the source's: MiniLM with a fresh head)."""
         if variant == CONTINUED:
             return self.out / SOURCE / "model"
-        return self.out / "models" / ("source-start" if variant == SOURCE else variant)
+        return self.out / "models" / ("source-start" if variant == SOURCE else unpacked(variant))
+
+    def layout(self, variant: str) -> str:
+        """``variant``'s rows, as its name says (:func:`variant_layout`), not ``packing``."""
+        return variant_layout(variant)
 
     def variant_steps(self, variant: str) -> int:
-        return self.source_steps if variant == SOURCE else self.steps
+        """The source's steps; a stream run's ``steps``; a packed run's: as many as its real tokens need."""
+        if variant == SOURCE:
+            return self.source_steps
+        if self.layout(variant) == "stream":
+            return self.steps
+        from nystrom_lab.long_context.positions_budget import budget_steps
+
+        return budget_steps(self, variant)
+
+    def train_seed(self, variant: str) -> int:
+        """The source draws from ``seed``, every continued run from ``seed + 1`` (no replay of the source's)."""
+        return self.seed if variant == SOURCE else self.seed + 1
 
     def seed_args(self, variant: str) -> list[str]:
         """The source draws from ``seed``; a continued run from ``seed + 1`` with the source's dev masks, and
         a converted one trains its new parameters at :data:`NEW_LR_SCALE` × the rate."""
         if variant == SOURCE:
             return ["--seed", str(self.seed)]
-        args = ["--seed", str(self.seed + 1), "--dev-seed", str(self.seed)]
+        args = ["--seed", str(self.train_seed(variant)), "--dev-seed", str(self.seed)]
         if variant != CONTINUED:
             args += ["--lr-scale", *(f"{glob}={NEW_LR_SCALE:g}" for glob in self.new_params(variant))]
         return args
@@ -202,14 +247,21 @@ def train_variant(
 def chosen_variants(run: PositionsRun, step0: dict[str, dict]) -> tuple[str, ...]:
     """What equal-budget training runs, in this order: the screened Nyström variant best at step 0 (overall
     dev MLM accuracy; ``copy-nystrom`` aside), ``window-512-continued``, the second best, ``copy-nystrom``
-    (the comparison that decides the experiment first, today's recipe last); ``run.train_variants`` if given."""
+    (the comparison that decides the experiment first, today's recipe last), the long ones ``-packed`` under
+    ``--packing documents``; ``run.train_variants`` (each name its own layout) if given."""
     if run.train_variants:
         return run.train_variants
     screened = [v for v in step0 if v in _screened() and v != BASELINE_LONG]
     best = sorted(
         (v for v in screened if split_variant(v)[1] in NYSTROM_ATTENTIONS), key=lambda v: -step0[v]["mlm_acc"]
     )
-    return (*best[:1], CONTINUED, *best[1:2], BASELINE_LONG)
+    suffix = PACKED if run.packing == "documents" else ""
+    return (
+        *(v + suffix for v in best[:1]),
+        CONTINUED,
+        *(v + suffix for v in best[1:2]),
+        BASELINE_LONG + suffix,
+    )
 
 
 def _screened() -> tuple[str, ...]:

@@ -10,6 +10,9 @@
 - ``genre.{run}.test_acc``: one entry per seed (once the genre stage has run);
 - ``targets.{variant}``: each finished long Nyström variant against ``window-512-continued``
   (:mod:`nystrom_lab.long_context.positions_targets`);
+- ``within_document``: every scored variant by position within the document, against
+  ``window-512-continued``, and what packing changed (:mod:`nystrom_lab.long_context.positions_packed`);
+  a packed variant's ``tokens_seen`` and ``curves.tokens`` count real (non-padding) tokens;
 - ``settings`` and ``machine``.
 """
 
@@ -28,6 +31,7 @@ from nystrom_lab.long_context.positions import (
     prepare_variant,
     split_variant,
 )
+from nystrom_lab.long_context.positions_packed import read_within, within_summary, within_tables
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, read_screen, screened_variants
 from nystrom_lab.long_context.positions_targets import targets, targets_table
 from nystrom_lab.long_context.probe import probe_in_child
@@ -48,12 +52,13 @@ def trained(run: PositionsRun) -> list[str]:
 def describe(run: PositionsRun, variant: str) -> dict:
     """``attention`` and ``positions`` of a variant, as results.json records them."""
     if variant in (SOURCE, CONTINUED):
-        return {"attention": "softmax", "positions": f"source ({run.source_length} rows)"}
+        return {"attention": "softmax", "positions": f"source ({run.source_length} rows)", "layout": "stream"}
     scheme, attention = split_variant(variant)
     positions, alpha = SCHEMES[scheme]
     return {
         "attention": attention_spec(attention, scale=log_scale(run, attention)),
         "positions": positions if alpha is None else f"{positions}, alpha {alpha}",
+        "layout": run.layout(variant),
     }
 
 
@@ -73,8 +78,14 @@ def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None =
         v = summarise(run, variant)
         if not v:
             continue
-        v["target_steps"] = run.source_steps if variant == SOURCE else run.steps
+        v["target_steps"] = run.variant_steps(variant)
         v.update(describe(run, variant))
+        if v["layout"] == "documents":  # a packed row is part padding: count the real tokens
+            # imported here: the budget replays the packing with numpy, which rendering the docs must not load
+            from nystrom_lab.long_context.positions_budget import real_tokens
+
+            *curve, v["tokens_seen"] = real_tokens(run, variant, [*v["curves"]["step"], v["steps"]])
+            v["curves"]["tokens"] = curve
         finished = (run.out / variant / "results.json").is_file()
         kept = (old.get("variants", {}).get(variant) or {}).get("probe")
         if probes and finished and variant != SOURCE:
@@ -85,6 +96,7 @@ def write_report(run: PositionsRun, *, probes: bool = True, genre: dict | None =
         v["peak_mem_mb"] = v["probe"]["peak_mem_mb"] if v["probe"] else None
         report["variants"][variant] = v
     report["targets"] = targets(report)
+    report["within_document"] = within_summary(read_within(run))
     report["machine"] = machine()
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     if report["variants"]:
@@ -110,7 +122,8 @@ def plot_curves(run: PositionsRun, variants: dict, png):
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2))
     for name, v in variants.items():
         start = 0 if name == SOURCE else best * run.tokens_per_step
-        xs = [(start + step * run.tokens_per_step) / 1e6 for step in v["curves"]["step"]]
+        seen = v["curves"].get("tokens") or [step * run.tokens_per_step for step in v["curves"]["step"]]
+        xs = [(start + t) / 1e6 for t in seen]
         ax1.plot(xs, [100 * a for a in v["curves"]["mlm_acc"]], "o-", ms=3, label=name)
     ax1.set(xlabel="training tokens since MiniLM (M)", ylabel="dev MLM accuracy (%)",
             title="source at 512 tokens, then each variant (same dev tokens)")  # fmt: skip
@@ -234,4 +247,7 @@ def tables(report: dict) -> str:
             out.append("| " + " | ".join(cells) + " |")
     if report.get("targets"):
         out += ["", targets_table(report["targets"])]
+    within = within_tables(report.get("within_document") or {})
+    if within:
+        out += ["", within]
     return "\n".join(out) + "\n" if out else "nothing measured yet\n"

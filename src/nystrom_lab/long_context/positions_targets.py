@@ -29,13 +29,24 @@ def long_nystrom(variants: dict) -> list[str]:
     ]  # fmt: skip
 
 
+def _tokens(entry: dict, tokens_per_step: int) -> list[int]:
+    """Tokens seen at each evaluation: the curve's own (a packed run's real tokens), else steps × tokens."""
+    return entry["curves"].get("tokens") or [step * tokens_per_step for step in entry["curves"]["step"]]
+
+
 def gap_trend(variant: dict, baseline: dict, tokens_per_step: int) -> dict:
-    """g(t) at the evaluations both runs share, and the line over their second half (see the module)."""
-    base = dict(zip(baseline["curves"]["step"], baseline["curves"]["mlm_acc"]))
+    """g(t) at the variant's evaluations after step 0 that fall within the baseline's curve (the baseline's
+    accuracy read off its curve at the same tokens: exact at evaluations both share, linear between), and
+    the line over their second half (see the module)."""
+    import numpy as np
+
+    bt, bacc = _tokens(baseline, tokens_per_step), baseline["curves"]["mlm_acc"]
     points = [
-        (step * tokens_per_step, 100 * (acc - base[step]))
-        for step, acc in zip(variant["curves"]["step"], variant["curves"]["mlm_acc"])
-        if step in base and step > 0
+        (t, 100 * (acc - float(np.interp(t, bt, bacc))))
+        for step, t, acc in zip(
+            variant["curves"]["step"], _tokens(variant, tokens_per_step), variant["curves"]["mlm_acc"]
+        )
+        if step > 0 and bt[0] <= t <= bt[-1]
     ]
     out: dict = {"tokens": [t for t, _ in points], "gap_points": [g for _, g in points]}
     tail = points[len(points) // 2 :]

@@ -76,7 +76,15 @@ class LongRun:
 
     def seed_args(self, variant: str) -> list[str]:
         """The seed options of ``variant``'s run (and any option that is the variant's alone)."""
-        return ["--seed", str(self.seed)]
+        return ["--seed", str(self.train_seed(variant))]
+
+    def train_seed(self, variant: str) -> int:
+        """The ``--seed`` of ``variant``'s run: its batches, training masks and packed rows."""
+        return self.seed
+
+    def layout(self, variant: str) -> str:
+        """The ``--packing`` of ``variant``'s run (every variant the experiment's, unless a subclass says)."""
+        return self.packing
 
     def pretrain_args(self, variant: str, *, device: str = "auto") -> list[str]:
         """The ``nystrom pretrain`` arguments that train ``variant`` on ``device``."""
@@ -88,7 +96,7 @@ class LongRun:
             "--steps", str(self.variant_steps(variant)), "--lr", str(self.lr), "--warmup", str(self.warmup),
             "--eval-every", str(self.eval_every), "--eval-batches", "100000", "--eval-at-start",
             "--dev-fraction", str(self.dev_fraction), "--dupe-factor", str(self.dupe_factor),
-            "--precision", self.precision, "--device", device, "--packing", self.packing, *self.seed_args(variant),
+            "--precision", self.precision, "--device", device, "--packing", self.layout(variant), *self.seed_args(variant),
         ]  # fmt: skip
 
     def train_in_child(self, variant: str, *, progress: bool = True, device: str = "auto") -> None:

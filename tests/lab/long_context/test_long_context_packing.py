@@ -23,7 +23,7 @@ def test_every_variant_gets_the_experiments_layout():
     assert {arg(run.pretrain_args(v), "--packing") for v in run.variants} == {"documents"}
     stream = LongContextRun(corpus=("c.txt",), out=Path("x"), packing="stream")
     assert arg(stream.pretrain_args("window-512"), "--packing") == "stream"
-    # long-positions compares block-local and Longformer layers, which cannot pack: it keeps the stream
+    # long-positions: a variant's name says its layout (a plain name is a stream run, as every run before)
     assert arg(PositionsRun(corpus=("c.txt",)).pretrain_args("copy-nystrom"), "--packing") == "stream"
     with pytest.raises(ValueError, match="--packing must be one of"):
         LongContextRun(corpus=("c.txt",), packing="rows")

@@ -8,10 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
-from nystrom.model import NystromformerConfig, NystromformerForMaskedLM, save_tokenizer
-from nystrom_lab.data.text import train_wordpiece
 from nystrom_lab.long_context import positions
 from nystrom_lab.long_context import run as long_run
 from nystrom_lab.long_context.positions import (
@@ -26,8 +23,6 @@ from nystrom_lab.long_context.positions_report import write_report
 from nystrom_lab.long_context.positions_screen import SOURCE_WINDOWS, screen
 from nystrom_lab.long_context.positions_targets import targets, targets_table
 from nystrom_lab.text.pretrain_run import PretrainRun
-
-FIX = Path(__file__).parents[2] / "fixtures" / "text" / "corpus"
 
 
 def arg(args: list[str], flag: str) -> str | None:
@@ -64,7 +59,7 @@ def test_training_takes_copy_and_the_two_best_screened_nystrom_variants():
     step0 = {SOURCE_WINDOWS: {"mlm_acc": 0.5}, "copy-nystrom": {"mlm_acc": 0.9}, "copy-softmax": {"mlm_acc": 0.8},
              "hier0.1-nystrom": {"mlm_acc": 0.2}, "hier0.4-nystrom": {"mlm_acc": 0.3},
              "interpolate-local-nystrom": {"mlm_acc": 0.4}, "copy-block512": {"mlm_acc": 0.45}}  # fmt: skip
-    run = PositionsRun(corpus=("c",))
+    run = PositionsRun(corpus=("c",), packing="stream")  # every folder before packing
     want = ("interpolate-local-nystrom", CONTINUED, "hier0.4-nystrom", "copy-nystrom")
     assert chosen_variants(run, step0) == want
     fixed = PositionsRun(corpus=("c",), train_variants=("hier0.1-nystrom",))
@@ -74,25 +69,6 @@ def test_training_takes_copy_and_the_two_best_screened_nystrom_variants():
 def test_dev_seed_keeps_the_dev_masks_and_needs_mlm():
     with pytest.raises(ValueError, match="--dev-seed applies to --objective mlm only"):
         PretrainRun(corpus=("c",), out=Path("x"), objective="mlm+sop", dev_seed=0)
-
-
-@pytest.fixture
-def tiny_source(tmp_path):
-    """OUT/source/model: a 6-layer, 16-wide masked LM with 512 positions and a WordPiece; a 40-document corpus."""
-    text = "\n\n".join(p.read_text() for p in sorted(FIX.glob("*.txt")))
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n\n".join([text] * 20))
-    tok = train_wordpiece([corpus], tmp_path / "tokenizer.json", vocab_size=200)
-    config = NystromformerConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=6, num_attention_heads=2,
-                                 intermediate_size=32, max_position_embeddings=512, attention="softmax", dropout=0.0)  # fmt: skip
-    torch.manual_seed(0)
-    out = tmp_path / "exp"
-    folder = out / "source" / "model"
-    NystromformerForMaskedLM(config).save_pretrained(folder)
-    save_tokenizer(tmp_path / "tokenizer.json", folder, model_max_length=512)
-    (out / "source" / "results.json").write_text("{}")
-    return PositionsRun(corpus=(str(corpus),), out=out, long_length=1024, tokens_per_step=2048, dev_fraction=0.1,
-                        precision="fp32")  # fmt: skip
 
 
 def test_a_finished_source_without_its_weights_is_trained_again_before_a_conversion(tiny_source, monkeypatch):
