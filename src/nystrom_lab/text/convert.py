@@ -5,6 +5,8 @@
   to-hf       a folder of ours -> a transformers Nystromformer folder
   long        a 512-token model -> a long-context one (Longformer's recipe: :func:`nystrom.model.to_long`)
   legacy      an old nystrom checkpoint -> a folder of ours
+  onnx        a model folder -> model.onnx + config.json + tokenizer for ONNX Runtime / Optimum
+              (:mod:`nystrom_lab.text.convert_onnx`)
 
 Every folder written holds a tokenizer when the source has one (``tokenizer.json``) or ``--tokenizer``
 names one, so ``AutoTokenizer`` and ``pipeline(..., model=OUT)`` work on it; otherwise a note says so.
@@ -96,8 +98,11 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
         source, max_position_embeddings=args.max_length, attention=attention, positions=args.positions,
         alpha=args.alpha, seed=args.seed,
     )  # fmt: skip
-    model.save_pretrained(args.out)
+    (model.nystromformer if args.sentence_transformers else model).save_pretrained(args.out)
     if not save_long_tokenizer(source, args.out, max_length=args.max_length, tokenizer=args.tokenizer):
+        if args.sentence_transformers:
+            raise UsageError(f"{source} has no tokenizer and sentence-transformers needs one: give --tokenizer"
+                             f" tokenizer.json ({args.out} holds the model alone)")  # fmt: skip
         print(
             f"[nystrom] note: {source} has no tokenizer; {args.out} has none (give --tokenizer)",
             file=sys.stderr,
@@ -107,8 +112,17 @@ def cmd_convert_long(args: argparse.Namespace) -> int:
            "hierarchical": f"decomposed hierarchically, alpha {model.config.position_extension.get('alpha')}"}
     layers = [model.config.layer_attention(i)["name"] for i in range(model.config.num_hidden_layers)]
     kinds = layers[0] if len(set(layers)) == 1 else " ".join(layers)
-    print(f"wrote {type(model).__name__} ({kinds}, {args.max_length} positions: the source's"
+    written = type(model.nystromformer if args.sentence_transformers else model).__name__
+    print(f"wrote {written} ({kinds}, {args.max_length} positions: the source's"
           f" {length} rows {how[args.positions]}, offset {pos.offset}) to {args.out}")  # fmt: skip
+    if args.sentence_transformers:
+        from nystrom.convert.sentence_transformers import write_sentence_transformers
+
+        st = write_sentence_transformers(args.out, source=source)
+        print(f"sentence-transformers: Transformer (max_seq_length {st.max_seq_length}) + Pooling ({st.pooling_mode},"
+              f" {'from ' + st.pooling_source if st.pooling_source else 'the default'})"
+              f"{' + Normalize' if st.normalize else ''}; load with `import nystrom` then"
+              f" SentenceTransformer({str(args.out)!r})")  # fmt: skip
     return 0
 
 
@@ -169,6 +183,9 @@ def register(subparsers) -> None:
         if kind == "to-hf":
             k.add_argument("--segment-means-seq-len", type=positive_int, help="HF's fixed Nyström length")
         k.set_defaults(func=cmd_convert)
+    from nystrom_lab.text.convert_onnx import register as register_onnx
+
+    register_onnx(kinds)  # `nystrom convert onnx`
     k = kinds.add_parser(
         "long", help="a 512-token BERT/RoBERTa/XLM-R/Nystromformer -> a long model (positions copied; windows below,"
         " Nyström above)",
@@ -201,4 +218,10 @@ def register(subparsers) -> None:
     )
     k.add_argument("--tokenizer", type=existing_file, help="tokenizer.json (default: the source's)")
     k.add_argument("--seed", type=int, default=0, help="seed of a new MLM head (default 0)")
+    k.add_argument(
+        "--sentence-transformers", action="store_true",
+        help="write a sentence-transformers folder (the encoder without the MLM head; modules.json, the source's"
+        " pooling and Normalize when it is a sentence-transformers model, else mean pooling; max_seq_length ="
+        " --max-length): `import nystrom` then SentenceTransformer(OUT) (nystrom.convert.sentence_transformers)",
+    )  # fmt: skip
     k.set_defaults(func=cmd_convert_long)
