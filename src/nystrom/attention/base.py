@@ -25,7 +25,15 @@ from nystrom.layers.dense import dense_module
 from nystrom.layers.dropout import Dropout
 from nystrom.layers.projection import project_heads
 from nystrom.ops.conv import add_conv_skip
-from nystrom.ops.plan import Documents, packed_plan, padding, rows_from_documents, shared_plan, to_documents
+from nystrom.ops.plan import (
+    Documents,
+    is_packed,
+    packed_plan,
+    padding,
+    rows_from_documents,
+    shared_plan,
+    to_documents,
+)
 from nystrom.utils.checks import (
     check_dtype_matches,
     check_mask,
@@ -140,9 +148,8 @@ class AttentionBase(nn.Module):
         check_dtype_matches(x, self.qkv.weight)
         b, n, _ = x.shape
         mask = check_mask(mask, b, n, x.device)
-        if cu_seqlens is None and max_seqlen is not None:
-            raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
-        if cu_seqlens is not None and not self.packs_documents:
+        packed = is_packed(cu_seqlens, max_seqlen)  # max_seqlen alone raises
+        if packed and not self.packs_documents:
             raise ValueError(
                 f"{type(self).__name__} cannot honour packed documents (cu_seqlens): its output depends on "
                 "a sample's padded length or its batch-mates, so a document would not get what it gets "
@@ -151,7 +158,7 @@ class AttentionBase(nn.Module):
             )
         with contextlib.nullcontext() if torch.compiler.is_compiling() else shared_plan(mask, cu_seqlens):
             documents = None
-            if cu_seqlens is not None:  # once per forward inside a model's block
+            if packed:  # once per forward inside a model's block
                 documents = packed_plan(cu_seqlens, mask, b, n, x.device, max_seqlen=max_seqlen)
             return self._forward(x, mask, documents)
 

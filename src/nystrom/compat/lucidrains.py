@@ -42,7 +42,7 @@ from nystrom.layers.projection import project_heads
 from nystrom.ops.conv import add_conv_skip
 from nystrom.ops.nystrom import nystrom_attention, nystrom_factors
 from nystrom.ops.pinv import PINV_INITS
-from nystrom.ops.plan import check_cu_seqlens
+from nystrom.ops.plan import check_cu_seqlens, is_packed
 from nystrom.utils.checks import (
     check_choice,
     check_dtype_matches,
@@ -132,9 +132,8 @@ class NystromAttention(nn.Module):
         check_dtype_matches(x, self.to_qkv.weight)
         b, n, _ = x.shape
         mask = check_mask(mask, b, n, x.device)
-        if cu_seqlens is None and max_seqlen is not None:
-            raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
-        if cu_seqlens is not None and (return_attn or return_attn_matrices):
+        packed = is_packed(cu_seqlens, max_seqlen)  # max_seqlen alone raises
+        if packed and (return_attn or return_attn_matrices):
             raise ValueError(
                 "return_attn/return_attn_matrices with packed documents (cu_seqlens) are not supported: a "
                 "packed row has a matrix per document. Call the module on each document to inspect them"
@@ -150,7 +149,7 @@ class NystromAttention(nn.Module):
             pinv_init=self.pinv_init,
             segments="front_padded",
         )
-        if cu_seqlens is None:
+        if not packed:
             o = self._attend(q, k, v, opts)  # (b, h, n, d)
         else:
             check_cu_seqlens(cu_seqlens, b, n, x.device, max_seqlen=max_seqlen)

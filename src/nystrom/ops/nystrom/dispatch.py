@@ -25,7 +25,7 @@ import torch
 from nystrom.ops.conv import add_conv_skip, conv_taps
 from nystrom.ops.nystrom import accelerator, cpu, fused, traceable
 from nystrom.ops.nystrom.options import check_options
-from nystrom.ops.plan import padding, run_packed
+from nystrom.ops.plan import is_packed, padding, run_packed
 from nystrom.utils.amp import autocast_off
 from nystrom.utils.checks import first_order_only, rejects_key_padding_mask, zero_padding
 from nystrom.utils.device import accelerator_path
@@ -95,19 +95,20 @@ def nystrom_attention(
     mask, scale = check_options(
         q, k, v, num_landmarks, mask, pinv_iterations, pinv, pinv_init, segments, scale, causal
     )
-    if cu_seqlens is not None and segments != "balanced":
+    packed = is_packed(cu_seqlens, max_seqlen)
+    if packed and segments != "balanced":
         raise ValueError(
             f"segments={segments!r} (lucidrains' layout) places landmarks by the row's length, so packed "
             "documents padded to a common length would not get their own landmarks; pack with "
             "segments='balanced' (the default), or run the documents one by one"
         )
-    if cu_seqlens is not None and pinv_init != "per_matrix":
+    if packed and pinv_init != "per_matrix":
         raise ValueError(
             f"pinv_init={pinv_init!r} scales the pseudo-inverse's start by the whole batch (the public "
             "codes' parity mode), so a packed document's answer would depend on its neighbours; pack with "
             "pinv_init='per_matrix' (the default)"
         )
-    if cu_seqlens is not None:  # every document as a sample of its own: exact on every path below
+    if packed:  # every document as a sample of its own: exact on every path below
 
         def attend(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor, md: torch.Tensor) -> torch.Tensor:
             # Documents of at most L ≤ m tokens have every token as a landmark of its own, and the unused
@@ -120,8 +121,6 @@ def nystrom_attention(
             )  # fmt: skip
 
         return run_packed(attend, q, k, v, mask=mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
-    if max_seqlen is not None:
-        raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
     taps = None if conv_weight is None else conv_taps(v, conv_weight)  # (h, K)
     if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
         with autocast_off(q.device.type):  # the op runs in the inputs' dtype

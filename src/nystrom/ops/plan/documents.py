@@ -56,6 +56,13 @@ class Documents(NamedTuple):
     )
 
 
+def is_packed(cu_seqlens: torch.Tensor | None, max_seqlen: int | None) -> bool:
+    """Whether a call packs documents; ``max_seqlen`` without ``cu_seqlens`` raises (it bounds them)."""
+    if cu_seqlens is None and max_seqlen is not None:
+        raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
+    return cu_seqlens is not None
+
+
 def check_cu_seqlens(
     cu_seqlens: torch.Tensor, b: int, n: int, device: torch.device, *, max_seqlen: int | None = None
 ) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from nystrom.ops.plan import run_packed
+from nystrom.ops.plan import is_packed, run_packed
 from nystrom.utils.checks import (
     check_bool,
     check_mask,
@@ -57,14 +57,12 @@ def softmax_attention(
     """
     b, h, n, d, _ = check_qkv(q, k, v)
     mask = check_mask(mask, b, n, q.device)
-    if cu_seqlens is not None:
+    if is_packed(cu_seqlens, max_seqlen):
 
         def attend(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor, md: torch.Tensor) -> torch.Tensor:
             return softmax_attention(qd, kd, vd, mask=md, scale=scale, padded_finite=padded_finite)
 
         return run_packed(attend, q, k, v, mask=mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
-    if max_seqlen is not None:
-        raise ValueError("max_seqlen is the longest packed document's length: give it with cu_seqlens")
     # The op's one device question. On the CPU the fills stay: they also lay the head views out
     # contiguously, and SDPA's CPU kernel runs strided head views about 8 % slower (MiniLM size, 4K
     # tokens). On an accelerator its kernel takes the views as they are, and the fills are launches only.
