@@ -140,6 +140,16 @@ def test_base_model_equals_eager_at_other_lengths_and_batches(base):
         onnx_io.verify_with_ort(path, other, names, ["last_hidden_state", "pooler_output"], lengths=[9])
 
 
+def test_base_model_graph_has_the_operators_onnx_runtime_runs_well(base):
+    """The graph ONNX Runtime runs at eager speed: the conv skip is one Conv per layer (not K shifted
+    multiply-adds), and the masked softmaxes carry no NaN-row Where (3 Softmax per layer: F, A and B)."""
+    import onnx
+
+    _, path = base
+    ops = [node.op_type for node in onnx.load(str(path)).graph.node]
+    assert (ops.count("Conv"), ops.count("Softmax"), ops.count("IsNaN")) == (2, 6, 0)
+
+
 def test_masked_lm_from_a_folder_keeps_its_tokenizer_beside(mlm_folder):
     model, src, path = mlm_folder
     assert io_of(path)[1] == {"logits": ["batch_size", "sequence_length", 60]}

@@ -37,9 +37,13 @@ GROUP_BYTES = 2 << 20
 def conv_path(x: torch.Tensor) -> str:
     """The conv skip's one choice of implementation for ``x`` (b, h, n, d), and the only place that asks:
 
-    ``"traced"`` under torch.compile/export (K shifted multiply-adds that the compiler fuses into one loop),
+    ``"exported"`` under torch.export (one ``F.conv2d``: ONNX's ``Conv``, one depthwise kernel in ONNX Runtime;
+    the K shifted multiply-adds were half of its time, MiniLM size with K = 65 at 4K tokens),
+    ``"traced"`` under torch.compile (K shifted multiply-adds that the compiler fuses into one loop),
     ``"accelerator"`` on the accelerator path (one ``F.conv2d``, cuDNN's depthwise kernel), else ``"cpu"``
     (the banded GEMMs below, in cache-sized groups of heads, added in place in inference)."""
+    if torch.compiler.is_exporting():
+        return "exported"
     if torch.compiler.is_compiling():
         return "traced"
     return "accelerator" if accelerator_path(x) else "cpu"

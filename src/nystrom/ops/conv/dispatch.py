@@ -23,10 +23,11 @@ def conv_skip(v: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     v (b, h, n, d), weight (h, 1, K, 1) -> (b, h, n, d) in v's dtype. Eagerly as banded GEMMs
     (:func:`depthwise_seq_conv`, faster on CPU); traced, as K shifted multiply-adds that the compiler
     fuses into one loop (the GEMMs' strided views, and inductor's CPU conv2d, would pin n to one value).
-    On the accelerator path, one ``F.conv2d`` (cuDNN's depthwise kernel; it wants a contiguous input).
+    On the accelerator path, one ``F.conv2d`` (cuDNN's depthwise kernel; it wants a contiguous input); under
+    ``torch.export`` too (one ONNX ``Conv``, whose length stays dynamic).
     """
     path = conv_path(v)
-    if path == "accelerator":
+    if path in ("accelerator", "exported"):
         h, k = weight.shape[0], weight.shape[2]
         return F.conv2d(v.contiguous(), weight.to(v.dtype), padding=(k // 2, 0), groups=h)  # (b, h, n, d)
     if path == "cpu":
