@@ -34,7 +34,17 @@ def project_heads(
     (b, n, 3·h·d) gradient (one write and one read of 3 (b, n, e) tensors less, and no such buffer).
     On the accelerator path autograd's linear backward instead: three GEMM-and-copy slices are more
     launches than one stacked gradient.
+    Under ``torch.export``, one product per projection with the weight as (h, e, d) heads, broadcast over the
+    batch: each lands in the head layout, where one joint GEMM needs a (b, n, 3, h, d) -> (3, b, h, n, d)
+    transpose. ONNX Runtime runs the three products faster than the GEMM and the transpose (MiniLM size at
+    4K tokens: 12 vs 18 ms at batch 1, 103 vs 182 ms at batch 8).
     """
+    if torch.compiler.is_exporting():
+        w = weight.view(3, heads, dim_head, -1).transpose(-1, -2)  # (3, h, e, d)
+        bb = None if bias is None else bias.view(3, heads, 1, dim_head)  # (3, h, 1, d)
+        x4 = x[:, None]  # (b, 1, n, e)
+        q, k, v = (x4 @ w[i] if bb is None else x4 @ w[i] + bb[i] for i in range(3))  # (b, h, n, d) each
+        return q, k, v
     if torch.compiler.is_compiling() or accelerator_path(x):  # autograd's backward: 5 launches, not 17
         return split_heads(F.linear(x, weight, bias), heads, dim_head)
     if fuses(x, weight, bias):  # inference: oneDNN's GEMM with the bias inside (layers/dense.py)
