@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import json
-import shlex
 import sys
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from nystrom_lab.argtypes import ArgumentParser, positive_int
 from nystrom_lab.bench.onnx_speed import PACKAGES
+from nystrom_lab.bench.record import command_line, write_record
 
 #: the slowest nodes kept per model
 TOP_NODES = 12
@@ -142,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--label takes one name per model: {len(paths)} models, {len(labels)} labels")
     threads = torch.get_num_threads()
     res = {
-        "command": " ".join(
-            ["python -m nystrom_lab.bench.onnx_profile", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]
-        ),
+        "command": command_line("nystrom_lab.bench.onnx_profile", argv),
         "machine": environment(*PACKAGES),
         "threads": threads,
         "profiles": [],
@@ -153,11 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[onnx_profile] {label}: n={a.max_length} b={a.batch_size}", file=sys.stderr, flush=True)
         one = profile(path, tokens=a.max_length, batch=a.batch_size, calls=a.calls, threads=threads)
         res["profiles"].append({"label": label, **one})
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "onnx_profile.json").write_text(json.dumps(res, indent=1) + "\n")
-    table = render(res)
-    (a.out / "onnx_profile.md").write_text(table)
-    print(table, end="")
+    write_record(a.out, "onnx_profile", res, render(res))
     return 0
 
 

@@ -20,8 +20,6 @@ OUT/onnx_speed.md (the table, also printed).
 
 from __future__ import annotations
 
-import json
-import shlex
 import statistics
 import sys
 import time
@@ -29,6 +27,7 @@ from pathlib import Path
 
 from nystrom_lab.argtypes import ArgumentParser, non_negative_int, output_dir, positive_int
 from nystrom_lab.attention_spec import attention
+from nystrom_lab.bench.record import command_line, write_record
 
 PACKAGES = ("transformers", "onnx", "onnxscript", "onnxruntime")
 
@@ -198,12 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     res = run(
         lengths=a.max_length, batches=a.batch_size, attention_spec=a.attention, hidden=a.hidden, layers=a.layers,
         heads=a.heads, ffn=a.ffn, rounds=a.rounds, warmup=a.warmup, budget_s=a.budget_s, out=a.out,
-        command=" ".join(["python -m nystrom_lab.bench.onnx_speed", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
+        command=command_line("nystrom_lab.bench.onnx_speed", argv),
     )  # fmt: skip
-    (a.out / "onnx_speed.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
-    table = render(res)
-    (a.out / "onnx_speed.md").write_text(table)
-    print(table, end="")
+    write_record(a.out, "onnx_speed", res, render(res))
     return 0
 
 

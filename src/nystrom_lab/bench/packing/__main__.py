@@ -4,14 +4,13 @@ also printed)."""
 
 from __future__ import annotations
 
-import json
-import shlex
 import sys
 
 from nystrom_lab.argtypes import ArgumentParser, existing_file, non_negative_int, output_dir, positive_int
 from nystrom_lab.attention_spec import attention
 from nystrom_lab.bench.packing import driver
 from nystrom_lab.bench.packing.report import render
+from nystrom_lab.bench.record import command_line, write_record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,14 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     res = driver.run(
         a.corpus, lengths=tuple(a.max_length), layouts=tuple(a.layouts), tokenizer=a.tokenizer, cache=a.cache,
         tokens_per_step=a.tokens_per_step, rounds=a.rounds, warmup=a.warmup, model_kw=model_kw, seed=a.seed,
-        command=" ".join(["python -m nystrom_lab.bench.packing", *map(shlex.quote, sys.argv[1:] if argv is None else argv)]),
+        command=command_line("nystrom_lab.bench.packing", argv),
         progress=not a.no_progress,
     )  # fmt: skip
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "bench_packing.json").write_text(json.dumps(res, indent=1) + "\n")
-    table = render(res)
-    (a.out / "bench_packing.md").write_text(table)
-    print(table, end="")
+    write_record(a.out, "bench_packing", res, render(res))
     return 0
 
 
