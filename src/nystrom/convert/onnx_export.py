@@ -18,8 +18,11 @@ Not exported (each refused with a reason, or absent from the graph):
 - packed documents: the graph takes no ``position_ids``, ``cu_seq_lens_q/k``, ``seq_idx`` (every row is one
   sequence, positions 0..n-1, padding on the right by ``attention_mask``);
 - ``labels``/the loss, ``output_hidden_states``, ``output_attentions``, ``inputs_embeds``;
-- attention variants whose code branches on the length in Python (:data:`NOT_EXPORTED`: Reformer's buckets,
-  Longformer's window blocks; so the lower, windowed layers of ``to_long``'s default long models too);
+- attention variants whose code branches on the length in Python (:data:`NOT_EXPORTED`: Reformer's buckets).
+
+Longformer's window (the lower layers of ``to_long``'s default long models) exports when the example holds
+at least two of its blocks: the trace fixes a dimension of size 1, so one block would pin the length.
+:func:`example_length_for` gives the shortest such example, and it is the default.
 - the LRA two-tower :class:`NystromformerForDualSequenceClassification`, decoders and causal models.
 """
 
@@ -44,11 +47,11 @@ from nystrom.model.configuration_nystromformer import MODEL_TYPE
 NOT_EXPORTED: dict[str, str] = {
     "reformer": "its number of hash buckets is computed from the sequence length in Python, which the trace "
     "cannot keep symbolic",
-    "longformer": "its window blocks pad the sequence by a Python branch on the length, so the graph would "
-    "keep the example's block count (ONNX Runtime then fails at other lengths)",
 }
 #: transformers attention implementations that trace (the rest are CUDA kernels or need a GPU)
 TRACEABLE_ATTN = ("nystrom", "sdpa", "eager")
+#: the example's length unless a layer needs a longer one (:func:`example_length_for`)
+DEFAULT_EXAMPLE_LENGTH = 16
 #: the shortest example: batch 2 and 3 choices must not equal the length (the trace would tie them)
 MIN_EXAMPLE_LENGTH = 4
 
@@ -71,6 +74,22 @@ class _Graph(nn.Module):
         extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **extra)
         return tuple(out[name] for name in self.outputs)
+
+
+def example_length_for(model: nn.Module) -> int:
+    """The shortest example that keeps every dimension of the trace dynamic: :data:`MIN_EXAMPLE_LENGTH`, and
+    for a model with Longformer layers one token more than the largest block (two blocks: a dimension of
+    size 1 would be fixed by the trace)."""
+    from nystrom.ops.baselines.longformer import block_size
+
+    config = model.config
+    need = MIN_EXAMPLE_LENGTH
+    if config.model_type == MODEL_TYPE:
+        for i in range(config.num_hidden_layers):
+            spec = config.layer_attention(i)
+            if spec["name"] == "longformer":
+                need = max(need, block_size(spec.get("window_size", 257)) + 1)
+    return need
 
 
 def check_exportable(model: nn.Module) -> None:
@@ -96,8 +115,8 @@ def check_exportable(model: nn.Module) -> None:
             if attention in NOT_EXPORTED:
                 raise ValueError(
                     f"layer {i} of {name} uses attention {attention!r}, which does not export to ONNX with a "
-                    f"dynamic length: {NOT_EXPORTED[attention]}. Exported variants: nystrom, softmax, linear, "
-                    "linformer, performer"
+                    f"dynamic length: {NOT_EXPORTED[attention]}. Exported variants: nystrom, softmax, longformer, "
+                    "linear, linformer, performer"
                 )
         return
     attn = getattr(config, "_attn_implementation", None)
@@ -132,7 +151,7 @@ def export_onnx(
     task: str = "auto",
     attn_implementation: str | None = None,
     opset: int | None = None,
-    example_length: int = 16,
+    example_length: int | None = None,
     tokenizer: Any = None,
     verify: bool = True,
     progress: bool = True,
@@ -151,6 +170,8 @@ def export_onnx(
         attn_implementation: for a transformers folder: how to load it (``"nystrom"``); None = its default.
         opset: the ONNX opset (default: torch.onnx's, 20 with torch 2.13).
         example_length: n of the traced example (batch 2, the second row padded); any length runs afterwards.
+            None: 16, or for Longformer layers two of their blocks (:func:`example_length_for`); a given
+            length below that raises.
         tokenizer: a transformers tokenizer, a ``tokenizer.json`` or a folder; None = the one in the model's
             folder (a note is printed when there is none).
         verify: run the file in ONNX Runtime against the eager model at two other lengths (batch 3, padded
@@ -171,7 +192,7 @@ def export_onnx(
     onnx, _ = onnx_io.require("onnx", "onnxscript")
     if verify:
         onnx_io.require("onnxruntime")
-    if not isinstance(example_length, int) or example_length < MIN_EXAMPLE_LENGTH:
+    if example_length is not None and (not isinstance(example_length, int) or example_length < MIN_EXAMPLE_LENGTH):
         raise ValueError(f"example_length must be an int >= {MIN_EXAMPLE_LENGTH}, got {example_length!r}")
     source = None
     if isinstance(model_or_path, (str, Path)):
@@ -186,6 +207,14 @@ def export_onnx(
         name_or_path = Path(str(getattr(model.config, "_name_or_path", "") or ""))
         source = name_or_path if str(name_or_path) and (name_or_path / "config.json").is_file() else None
     check_exportable(model)
+    need = example_length_for(model)
+    if example_length is None:
+        example_length = max(DEFAULT_EXAMPLE_LENGTH, need)
+    elif example_length < need:
+        raise ValueError(
+            f"example_length {example_length} is below {need}: the example must hold two blocks of every "
+            "Longformer layer's window (a single block would fix the length in the graph); leave it None"
+        )
     limit = onnx_io.max_tokens(model)
     if limit is not None and example_length > limit:
         raise ValueError(f"example_length {example_length} exceeds the model's {limit} positions")

@@ -104,8 +104,9 @@ def register(kinds) -> None:
         "--opset", type=positive_int, help="ONNX opset (default: torch.onnx's, 20 with torch 2.13)"
     )
     k.add_argument(
-        "--example-length", type=int_in_range(4, 1 << 20), default=16,
-        help="tokens of the traced example (default 16); any length runs afterwards",
+        "--example-length", type=int_in_range(4, 1 << 20), default=None,
+        help="tokens of the traced example (default 16, or two blocks of a Longformer layer's window: one more"
+        " than half the window); any length runs afterwards",
     )  # fmt: skip
     k.add_argument("--tokenizer", type=existing_file, help="tokenizer.json (default: the folder's tokenizer)")
     k.add_argument(

@@ -30,6 +30,11 @@ from nystrom.utils.checks import (
 _MIN_BLOCK = 16
 
 
+def block_size(window_size: int) -> int:
+    """c, the tokens per block for ``window_size`` = 2r + 1: r, or :data:`_MIN_BLOCK` for small windows."""
+    return max(window_size // 2, _MIN_BLOCK)
+
+
 def _neighbour_blocks(x: torch.Tensor) -> torch.Tensor:
     """(..., nb + 2, c, *rest) blocks padded by one on each side -> (..., nb, 3c, *rest) for z-1, z, z+1."""
     return torch.cat((x[..., :-2, :, :], x[..., 1:-1, :, :], x[..., 2:, :, :]), dim=-2)
@@ -64,8 +69,8 @@ def sliding_window_attention(
     q, k, v = zero_padding(mask, q, k, v)  # padded positions may hold NaN/Inf
     scale = resolve_scale(scale, d)
     r = window_size // 2
-    c = max(r, _MIN_BLOCK)
-    nb = -(-n // c)
+    c = block_size(window_size)
+    nb = (n + c - 1) // c  # not -(-n // c): torch.onnx writes // as Div, which truncates negatives
     pad = nb * c - n
 
     def blocks(x: torch.Tensor) -> torch.Tensor:
@@ -73,7 +78,8 @@ def sliding_window_attention(
         x = torch.nn.functional.pad(x, (0, 0, c, pad + c))  # (b, h, (nb + 2) c, d)
         return x.unflatten(2, (nb + 2, c))  # (b, h, nb + 2, c, d)
 
-    q_b = (torch.nn.functional.pad(q, (0, 0, 0, pad)) if pad else q).unflatten(2, (nb, c))  # (b, h, nb, c, d)
+    padded = pad or torch.compiler.is_compiling()  # traced: pad always (a branch on n would fix the length)
+    q_b = (torch.nn.functional.pad(q, (0, 0, 0, pad)) if padded else q).unflatten(2, (nb, c))  # (b, h, nb, c, d)
     k_w = _neighbour_blocks(blocks(k))  # (b, h, nb, t, d)
     v_w = _neighbour_blocks(blocks(v))  # (b, h, nb, t, dv)
 

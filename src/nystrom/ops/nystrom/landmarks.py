@@ -52,7 +52,7 @@ def landmark_assignment(
     else:
         real = mask
     if segments == "front_padded":
-        run = -(-n // m)  # l
+        run = (n + m - 1) // m  # l = ⌈n/m⌉ (not -(-n // m): torch.onnx writes // as Div, which truncates negatives)
         pos = torch.arange(n, device=device) + (m * run - n)  # (n,) position after the front padding
         seg = torch.where(real, pos // run, m)  # (b, n)
     else:
