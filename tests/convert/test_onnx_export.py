@@ -169,20 +169,43 @@ def test_sequence_classification_logits_equal_eager(classifier):
     assert_matches(path, model)
 
 
+def test_int8_dynamic_quantization_keeps_the_classifier_close(classifier, tmp_path):
+    """quantize_onnx: the MatMul weights in int8 (Optimum's file name beside model.onnx); the logits move by
+    the quantization's error, not more (random tiny model: within 5 % of the logits' range)."""
+    import onnx
+
+    from nystrom.convert import quantize_onnx
+
+    model, path = classifier
+    q = quantize_onnx(path.parent, out_path=tmp_path / "model_quantized.onnx")
+    ops = [node.op_type for node in onnx.load(str(q)).graph.node]
+    float_matmuls = [node for node in onnx.load(str(path)).graph.node if node.op_type == "MatMul"]
+    assert ops.count("MatMulInteger") > 0 and ops.count("MatMul") < len(float_matmuls)
+    session = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"])
+    x = feed(3, 33, vocab=60, types=True)
+    with torch.no_grad():
+        want = model(**x).logits
+    got = torch.from_numpy(session.run(["logits"], {k: v.numpy() for k, v in x.items()})[0])
+    assert (got - want).abs().max() <= 0.05 * (want.max() - want.min())
+    with pytest.raises(FileNotFoundError, match="no model.onnx there"):
+        quantize_onnx(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="is the model itself"):
+        quantize_onnx(path, out_path=path)
+
+
 def test_cli_exports_a_token_classifier_folder(tmp_path, capsys, tokenizer_json):
     torch.manual_seed(3)
     model = NystromformerForTokenClassification(tiny(num_labels=4, type_vocab_size=0)).eval()
     model.save_pretrained(tmp_path / "m")
     save_tokenizer(tokenizer_json, tmp_path / "m", model_max_length=128)
     out = tmp_path / "onnx"
-    assert (
-        cli_main(["convert", "onnx", "--init-from", str(tmp_path / "m"), "--out", str(out), "--opset", "18"])
-        == 0
-    )
+    assert cli_main(["convert", "onnx", "--init-from", str(tmp_path / "m"), "--out", str(out), "--opset", "18",
+                     "--quantize"]) == 0  # fmt: skip
     printed = capsys.readouterr()
     assert f"wrote {out / 'model.onnx'}" in printed.out and "opset 18" in printed.out
     assert "logits (batch_size, sequence_length, 4)" in printed.out and "tokenizer.json" in printed.out
     assert "ONNX Runtime = eager" in printed.err  # the export's own check ran
+    assert f"wrote {out / 'model_quantized.onnx'}" in printed.out and (out / "model_quantized.onnx").is_file()
     inputs, outputs = io_of(out / "model.onnx")
     assert list(inputs) == ["input_ids", "attention_mask"]  # no token types in this model
     assert_matches(out / "model.onnx", model)

@@ -70,6 +70,11 @@ def cmd_convert_onnx(args: argparse.Namespace) -> int:
     print(f"wrote {path} ({size:.1f} MiB, opset {opset})")
     print(f"  inputs:  {describe(graph.graph.input)}")
     print(f"  outputs: {describe(graph.graph.output)}")
+    if args.quantize:
+        from nystrom.convert import quantize_onnx
+
+        q = quantize_onnx(path)
+        print(f"wrote {q} ({q.stat().st_size / 2**20:.1f} MiB): int8 dynamic quantization of the MatMul weights")
     print(f"  beside it: {', '.join(sorted(p.name for p in path.parent.iterdir() if p.name != path.name))}")
     return 0
 
@@ -112,5 +117,10 @@ def register(kinds) -> None:
     k.add_argument(
         "--no-verify", action="store_true",
         help="skip the ONNX Runtime check against the eager model at two other lengths",
+    )  # fmt: skip
+    k.add_argument(
+        "--quantize", action="store_true",
+        help="also write model_quantized.onnx: int8 dynamic quantization of the MatMul weights (Optimum's name;"
+        " measure the accuracy it costs on your task, docs/deployment.md)",
     )  # fmt: skip
     k.set_defaults(func=cmd_convert_onnx)
