@@ -143,3 +143,28 @@ def test_defaults_and_errors_of_the_writer(tmp_path, source):
     (dense / "modules.json").write_text(json.dumps(modules))
     with pytest.raises(CheckpointError, match="only a Transformer"):
         write_sentence_transformers(folder, source=dense)
+
+
+def test_contrastive_continuation_trains_and_writes_a_loadable_folder(long_folder, tmp_path):
+    """nystrom_lab.long_context.embeddings_contrastive on the tiny long folder: the loop trains, the best dev
+    weights are written back as a sentence-transformers folder that loads as it is."""
+    from safetensors.torch import load_file
+
+    from nystrom_lab.long_context import embeddings_contrastive as ec
+    from nystrom_lab.training.config import TrainConfig
+    from nystrom_lab.training.loop import train
+
+    task = ec.make_task(long_folder, [text(150, s) for s in range(30)], min_span=8, max_span=60)
+    assert (len(task.train), len(task.dev)) == (27, 3)
+    cfg = TrainConfig(steps=3, batch_size=4, lr=1e-3, eval_every=3, eval_at_start=True, device="cpu",
+                      metric="loss", metric_mode="min")  # fmt: skip
+    res = train(task, cfg, tmp_path / "run", progress=False)
+    assert res["step"] == 3 and res["best_step"] in (0, 3)
+    folder = ec.write_model(task, long_folder, tmp_path / "run")
+    best = load_file(str(tmp_path / "run" / "best.safetensors"))
+    written = load_file(str(folder / "model.safetensors"))
+    assert best.keys() == written.keys() and all(torch.equal(best[k], written[k]) for k in best)
+    model = st.SentenceTransformer(str(folder), device="cpu")
+    assert model.max_seq_length == LONG and model.encode([text(300, 99)]).shape == (1, 32)
+    with pytest.raises(ValueError, match="exceeds the model's"):
+        ec.make_task(long_folder, [text(150, s) for s in range(30)], min_span=8, max_span=LONG)

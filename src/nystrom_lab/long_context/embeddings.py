@@ -20,6 +20,7 @@ genre k-NN over whole documents; OUT/embeddings.json and OUT/embeddings.md (also
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -35,6 +36,15 @@ from nystrom_lab.long_context import embeddings_metrics as metrics
 SHORT = 256  # all-MiniLM-L6-v2's max_seq_length
 DEFAULT_LONG_MODEL = Path("experiments/long-context/models/minilm-4096-st")  # git-ignored
 SHORT_BATCH = 64
+#: documents whose index has this parity may train (``embeddings_contrastive``); the others are held out
+TRAIN_PARITY = 0
+SPLITS = ("all", "train", "held-out")
+
+
+def split_documents(count: int) -> tuple[list[int], list[int]]:
+    """(training, held-out) document indices of a corpus of ``count`` documents."""
+    train = [i for i in range(count) if i % 2 == TRAIN_PARITY]
+    return train, [i for i in range(count) if i % 2 != TRAIN_PARITY]
 
 
 @dataclass(frozen=True)
@@ -61,8 +71,11 @@ def halve(lines: list[str]) -> tuple[str, str]:
     return " ".join(lines[:cut]), " ".join(lines[cut:])
 
 
-def read_corpus(brown: Path, *, documents: int | None) -> Corpus:
-    """``brown/brown.txt`` as halves with labels; ``documents``: that many, spread evenly over the corpus."""
+def read_corpus(brown: Path, *, documents: int | None, split: str = "all") -> Corpus:
+    """``brown/brown.txt`` as halves with labels; ``split`` (:data:`SPLITS`): every document, the ones a
+    contrastive continuation trains on, or the others; ``documents``: that many of them, spread evenly."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     from nystrom_lab.data.brown import brown_files
     from nystrom_lab.data.brown_genres import GENRES
 
@@ -78,8 +91,9 @@ def read_corpus(brown: Path, *, documents: int | None) -> Corpus:
             f"{text} holds {len(docs)} documents but {info}'s source has {len(names)} Brown files: rewrite it"
             f" with `nystrom data brown {brown}`"
         )
-    keep = range(len(docs)) if documents is None else np.linspace(0, len(docs) - 1, min(documents, len(docs)))
-    picked = sorted({round(float(i)) for i in keep})
+    pool = list(range(len(docs))) if split == "all" else split_documents(len(docs))[split == "held-out"]
+    keep = range(len(pool)) if documents is None else np.linspace(0, len(pool) - 1, min(documents, len(pool)))
+    picked = sorted({pool[round(float(i))] for i in keep})
     halves = [halve(docs[i]) for i in picked]
     return Corpus(
         names=[names[i] for i in picked], first=[h[0] for h in halves], second=[h[1] for h in halves],
@@ -163,7 +177,7 @@ def long_model(path: Path, *, max_length: int) -> Path:
 
 def run(
     corpus: Corpus, *, long_path: Path, batch_size: int, ks: tuple[int, ...], half_tokens: int | None,
-    command: str, toy: bool,
+    command: str, toy: bool, also: dict[str, Path] | None = None, split: str = "all",
 ) -> dict:  # fmt: skip
     """Embed with the three variants and score them; the results dict (``embeddings_metrics.render``)."""
     import torch
@@ -177,8 +191,10 @@ def run(
     if half_tokens:
         corpus = Corpus(corpus.names, cut_tokens(corpus.first, short.tokenizer, half_tokens),
                         cut_tokens(corpus.second, short.tokenizer, half_tokens), corpus.group, corpus.letter)  # fmt: skip
+    extra = {name: SentenceTransformer(str(path), device="cpu") for name, path in (also or {}).items()}
     setups = {
         f"long-{long.max_seq_length}": (long, False, batch_size, f"whole (≤ {long.max_seq_length} tokens)"),
+        **{name: (m, False, batch_size, f"whole (≤ {m.max_seq_length} tokens)") for name, m in extra.items()},
         f"minilm-{short.max_seq_length}": (short, False, SHORT_BATCH, f"first {short.max_seq_length} tokens"),
         f"minilm-chunks-{short.max_seq_length}": (short, True, SHORT_BATCH, f"mean of {short.max_seq_length}-token chunks"),
     }  # fmt: skip
@@ -193,12 +209,21 @@ def run(
         }  # fmt: skip
     d = len(corpus.names)
     return {
-        "settings": {"long_model": str(long_path), "batch_size": batch_size, "k": list(ks), "half_tokens": half_tokens,
+        "settings": {"long_model": str(long_path), "also": {k: str(v) for k, v in (also or {}).items()},
+                     "split": split, "batch_size": batch_size, "k": list(ks), "half_tokens": half_tokens,
                      "threads": torch.get_num_threads(), "command": command, "toy": toy},
         "documents": d, "files": corpus.names, "variants": variants,
         "chance": {"top1": 1 / (2 * d - 1), "group": metrics.majority_share(corpus.group),
                    "letter": metrics.majority_share(corpus.letter)},
     }  # fmt: skip
+
+
+def _named_path(text: str) -> tuple[str, Path]:
+    """``NAME=FOLDER`` -> (name, path)."""
+    name, sep, path = text.partition("=")
+    if not (sep and name and path):
+        raise argparse.ArgumentTypeError(f"expected NAME=FOLDER, got {text!r}")
+    return name, Path(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,6 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--documents", type=positive_int, help="use this many documents, spread over the corpus (default all)"
     )
+    p.add_argument("--split", choices=SPLITS, default="all",
+                   help="all documents, or those a contrastive continuation trains on (train: even index) or never"
+                   " sees (held-out: odd index) (default all)")  # fmt: skip
+    p.add_argument("--also", type=_named_path, action="append", default=[], metavar="NAME=FOLDER",
+                   help="one more sentence-transformers folder scored on whole inputs (e.g. a contrastive "
+                   "continuation's OUT/model); repeat for more")  # fmt: skip
     p.add_argument(
         "--half-tokens", type=positive_int, help="cut each half to its first T tokens (default: whole)"
     )
@@ -227,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="folder of embeddings.json and embeddings.md")  # fmt: skip
     a = p.parse_args(argv)
     try:  # a missing corpus or a wrong --long-model: one line, before any model is loaded
-        corpus = read_corpus(a.brown, documents=a.documents)
+        corpus = read_corpus(a.brown, documents=a.documents, split=a.split)
+        for name, path in a.also:
+            if not (path / "modules.json").is_file():
+                raise FileNotFoundError(f"--also {name}={path}: no sentence-transformers folder (no modules.json)")
         long_path = long_model(a.long_model, max_length=a.max_length)
     except (FileNotFoundError, ValueError) as err:
         p.error(str(err))
@@ -235,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     res = run(
         corpus, long_path=long_path, batch_size=a.batch_size,
         ks=tuple(a.k), half_tokens=a.half_tokens, command=" ".join([p.prog, *map(shlex.quote, words)]),
-        toy=a.documents is not None or a.half_tokens is not None,
+        toy=a.documents is not None or a.half_tokens is not None, also=dict(a.also), split=a.split,
     )  # fmt: skip
     a.out.mkdir(parents=True, exist_ok=True)
     (a.out / "embeddings.json").write_text(json.dumps(res, indent=1) + "\n")

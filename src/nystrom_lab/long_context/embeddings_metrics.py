@@ -64,7 +64,10 @@ def render(res: dict) -> str:
     head += [f"genre group {k}-NN" for k in ks] + [f"genre letter {k}-NN" for k in ks] + ["wall s", "CPU s"]
     lines = [
         "# Long-document embeddings on Brown (sentence-transformers)", "",
-        f"{toy}{res['documents']} documents, {2 * res['documents']} halves"
+        f"{toy}{res['documents']} documents"
+        + ("" if s.get("split", "all") == "all" else f" ({s['split']}: "
+           + ("never seen by a contrastive continuation)" if s["split"] == "held-out" else "a continuation's own)"))
+        + f", {2 * res['documents']} halves"
         + (f" cut to {s['half_tokens']} tokens" if s["half_tokens"] else " (whole)")
         + f"; {s['threads']} CPU threads; command: `{s['command']}`.", "",
         f"Chance: retrieval top-1 {res['chance']['top1']:.4f}; genre majority class {res['chance']['group']:.3f}"
