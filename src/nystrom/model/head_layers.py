@@ -15,6 +15,7 @@ from transformers.utils import ModelOutput
 
 from nystrom.layers.dense import activation
 from nystrom.layers.dropout import Dropout
+from nystrom.layers.norm import LayerNorm
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.layers import masked_mean
 
@@ -49,7 +50,7 @@ class MLMHead(nn.Module):
         super().__init__()
         self.act = config.hidden_act
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
 
     def transform(self, h: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from torch import nn
 from nystrom.layers.dense import dense_module
 from nystrom.layers.dropout import Dropout
 from nystrom.layers.ffn import feed_forward, in_row_blocks
+from nystrom.layers.norm import LayerNorm
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.ops.nystrom import nystrom_factors
 from nystrom.utils.checks import value_checks_enabled
@@ -78,7 +79,7 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = (
             nn.Embedding(config.type_vocab_size, e) if config.type_vocab_size else None
         )
-        self.norm = nn.LayerNorm(e, eps=config.layer_norm_eps) if config.embedding_norm else None
+        self.norm = LayerNorm(e, eps=config.layer_norm_eps) if config.embedding_norm else None
         self.dropout = Dropout(config.dropout)
 
     def forward(

@@ -26,6 +26,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
+from nystrom.layers.norm import LayerNorm
 from nystrom.model.configuration_nystromformer import NystromformerConfig
 from nystrom.model.layers import (
     Embeddings,
@@ -58,9 +59,9 @@ class EncoderLayer(GradientCheckpointingLayer):
         super().__init__()
         self.pre_norm = config.norm_position == "pre"
         self.attention = build_attention(config, index)
-        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attention_norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn = FeedForward(config)
-        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_norm = LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, output_attentions: bool = False,
@@ -83,7 +84,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.final_norm = (
-            nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.final_norm else None
+            LayerNorm(config.hidden_size, eps=config.layer_norm_eps) if config.final_norm else None
         )
 
     def forward(
