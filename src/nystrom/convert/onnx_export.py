@@ -18,12 +18,12 @@ Not exported (each refused with a reason, or absent from the graph):
 - packed documents: the graph takes no ``position_ids``, ``cu_seq_lens_q/k``, ``seq_idx`` (every row is one
   sequence, positions 0..n-1, padding on the right by ``attention_mask``);
 - ``labels``/the loss, ``output_hidden_states``, ``output_attentions``, ``inputs_embeds``;
-- attention variants whose code branches on the length in Python (:data:`NOT_EXPORTED`: Reformer's buckets).
+- attention variants whose code branches on the length in Python (:data:`NOT_EXPORTED`: Reformer's buckets);
+- the LRA two-tower :class:`NystromformerForDualSequenceClassification`, decoders and causal models.
 
 Longformer's window (the lower layers of ``to_long``'s default long models) exports when the example holds
 at least two of its blocks: the trace fixes a dimension of size 1, so one block would pin the length.
 :func:`example_length_for` gives the shortest such example, and it is the default.
-- the LRA two-tower :class:`NystromformerForDualSequenceClassification`, decoders and causal models.
 """
 
 from __future__ import annotations
@@ -80,16 +80,11 @@ def example_length_for(model: nn.Module) -> int:
     """The shortest example that keeps every dimension of the trace dynamic: :data:`MIN_EXAMPLE_LENGTH`, and
     for a model with Longformer layers one token more than the largest block (two blocks: a dimension of
     size 1 would be fixed by the trace)."""
+    from nystrom.attention.longformer import LongformerAttention
     from nystrom.ops.baselines.longformer import block_size
 
-    config = model.config
-    need = MIN_EXAMPLE_LENGTH
-    if config.model_type == MODEL_TYPE:
-        for i in range(config.num_hidden_layers):
-            spec = config.layer_attention(i)
-            if spec["name"] == "longformer":
-                need = max(need, block_size(spec.get("window_size", 257)) + 1)
-    return need
+    windows = [m.window_size for m in model.modules() if isinstance(m, LongformerAttention)]
+    return max([MIN_EXAMPLE_LENGTH, *(block_size(w) + 1 for w in windows)])
 
 
 def check_exportable(model: nn.Module) -> None:

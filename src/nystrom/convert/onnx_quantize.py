@@ -1,9 +1,9 @@
 """int8 dynamic quantization of an exported model: :func:`quantize_onnx`, ONNX Runtime's
 ``quantize_dynamic`` with Optimum's file name (``model_quantized.onnx`` beside ``model.onnx``).
 
-Dynamic quantization stores the MatMul weights as int8 (one scale per weight tensor) and
-quantizes activations on the fly, call by call, from their own range; everything else stays float32. No
-calibration data is needed. What it costs in accuracy depends on the model and the task: measure it on yours
+Dynamic quantization stores the MatMul weights as int8 (one scale per weight tensor) and quantizes
+activations on the fly, call by call, from their own range; everything else stays float32. No calibration
+data is needed. What it costs in accuracy depends on the model and the task: measure it on yours
 (``python -m nystrom_lab.bench.onnx_int8`` does so for a fine-tuned classifier of ours).
 """
 
@@ -29,6 +29,7 @@ def quantize_onnx(model_path: str | Path, *, out_path: str | Path | None = None)
     """
     onnx_io.require("onnxruntime")
     from onnxruntime import quantization
+
     src = Path(model_path)
     if src.is_dir():
         src = src / "model.onnx"

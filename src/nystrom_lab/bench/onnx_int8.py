@@ -62,12 +62,11 @@ def run(*, model_dir: Path, test_file: Path, text_column: str, label_column: str
     data = ClassificationDataset(examples, clf.tokenizer, max_length=clf.max_length)
     batches = _batches(data, pad_id=clf.tokenizer.pad_id, batch_size=batch_size)
     fp32 = export_onnx(model_dir, out / "onnx", progress=False)
-    int8 = quantize_onnx(fp32)
+    files = {"ort-fp32": fp32, "ort-int8": quantize_onnx(fp32)}
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = torch.get_num_threads()
     sessions = {
-        name: ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"])
-        for name, p in (("ort-fp32", fp32), ("ort-int8", int8))
+        name: ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"]) for name, p in files.items()
     }
     wanted = {i.name for i in sessions["ort-fp32"].get_inputs()}
     model = clf.model.eval()
@@ -105,7 +104,7 @@ def run(*, model_dir: Path, test_file: Path, text_column: str, label_column: str
             "differ_from_eager": int((y.argmax(-1) != ref.argmax(-1)).sum()),
             "max_logit_diff": float((y - ref).abs().max()), "median_total_s": statistics.median(totals[e]),
             "totals_s": totals[e],
-            "bytes": None if e == "eager" else (fp32 if e == "ort-fp32" else int8).stat().st_size,
+            "bytes": files[e].stat().st_size if e in files else None,
         })  # fmt: skip
     lengths = [int(b["attention_mask"].sum(-1).max()) for b in batches]
     return {

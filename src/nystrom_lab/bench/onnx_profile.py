@@ -5,7 +5,8 @@ Legend: b batch, n tokens.
 Run: ``python -m nystrom_lab.bench.onnx_profile MODEL.onnx [MODEL2.onnx ...] --max-length 4096 --batch-size 1
 --out runs/bench/onnx-profile``. Each model runs ``--calls`` times on random ids of the vocabulary that
 the config.json beside it names (all rows real), in an ``InferenceSession`` with the profiler on (CPU
-provider, as many threads as torch uses), after one untimed call; the profiler's kernel times are summed per operator type and per node, and divided by the calls. Writes
+provider, as many threads as torch uses), after one untimed call; the profiler's kernel times are summed
+per operator type and per node, and divided by the calls. Writes
 OUT/onnx_profile.json (machine, versions, every model's op types and its slowest nodes with their shapes) and
 OUT/onnx_profile.md (the table, also printed). Kernel times under the profiler run above the plain call's time:
 read the shares, not the milliseconds.
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 from nystrom_lab.argtypes import ArgumentParser, positive_int
-from nystrom_lab.bench.onnx_speed import PACKAGES
+from nystrom_lab.bench.onnx_speed import PACKAGES, random_inputs
 from nystrom_lab.bench.record import command_line, write_record
 
 #: the slowest nodes kept per model
@@ -38,7 +39,6 @@ def vocab_size(path: Path) -> int:
 
 def profile(path: Path, *, tokens: int, batch: int, calls: int, threads: int, seed: int = 0) -> dict:
     """ONNX Runtime's profile of ``path`` at (batch, tokens): ms per call by op type and the slowest nodes."""
-    import numpy as np
     import onnxruntime as ort
 
     vocab = vocab_size(path)
@@ -48,18 +48,11 @@ def profile(path: Path, *, tokens: int, batch: int, calls: int, threads: int, se
         opts.enable_profiling = True
         opts.profile_file_prefix = str(Path(tmp) / "ort")
         session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-        gen = np.random.default_rng(seed)
-        every = {
-            "input_ids": gen.integers(min(1000, vocab // 2), vocab, (batch, tokens)).astype(np.int64),
-            "attention_mask": np.ones((batch, tokens), np.int64),
-            "token_type_ids": np.zeros((batch, tokens), np.int64),
-        }
-        feed = {i.name: every[i.name] for i in session.get_inputs()}
+        every = random_inputs(batch, tokens, vocab, seed)
+        feed = {i.name: every[i.name].numpy() for i in session.get_inputs()}
         session.run(None, feed)  # untimed: the first call allocates
-        first = time.perf_counter()
-        session.run(None, feed)
-        wall = [time.perf_counter() - first]
-        for _ in range(calls - 1):
+        wall = []
+        for _ in range(calls):
             t = time.perf_counter()
             session.run(None, feed)
             wall.append(time.perf_counter() - t)
