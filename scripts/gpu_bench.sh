@@ -15,12 +15,13 @@
 # 75 s; its compiled case now runs only when it has ≥ 130 s), 55 s from the tests, launches and tables:
 #   stage              measured  budget  why
 #   env                     6 s    10
-#   gpu tests              28 s   130    pytest -m gpu over all of tests/ (11 s start + 17 s then); now with the
+#   gpu tests              28 s   110    pytest -m gpu over all of tests/ (11 s start + 17 s then); now with the
 #                                        fused kernels' first Triton compiles (~20-30 s per tile configuration,
 #                                        measured for sm_90 on a CPU) and their matrix cells; also
 #                                        the accelerator matrix on CUDA (54 eager cells, ~10 s) and 2 compiled
 #                                        cells (inductor forward + backward of a 1-layer model, ~15 s each);
-#                                        was 150: the compiles it leaves in Triton's cache serve the next stage
+#                                        was 150, then 130 (20 s to the packing stage): the compiles it leaves in
+#                                        Triton's cache serve the next stages
 #   fused                     -   110    the fused kernels where they run (nystrom_lab.bench.gpu.fused_stage):
 #                                        imports + mem_get_info around the first forward + backward (~10-25 s,
 #                                        less with the tests' compiles cached), profiles at 4K/16K beside SDPA
@@ -29,6 +30,10 @@
 #                                        kernels compile, ~15 s) until 44 s before the end; then the module eager
 #                                        vs CUDA graph (~8 s), the sweep's timing (~0.1 s a configuration and
 #                                        length) and the tuned calls (~3 s); its parts stop at the deadline
+#   packing                   -    20    a packed row against one document of the same n (bench.packing.cost_gpu):
+#                                        fused kernels and PyTorch path, 6 layouts, 4K/16K, fwd and fwd+bwd, ~1-20 ms
+#                                        a call x 8 rounds; the fused stage's tiles (cached), but a document length
+#                                        not a multiple of 16 compiles query_pass/query_landmarks again (~5 s)
 #   launches               20 s    25    was 30
 #   table bf16 fwd         49 s    70    28 cases: ~13 s start, ~11 s worker start, ~1.1 s a case, plot; now
 #                                        40: + the PyTorch path of ours beside the fused default, + n = 1K;
@@ -45,11 +50,11 @@
 #                                        inference at 16K in its last 50 s (worker ~11 s + compile ~31 s +
 #                                        calls). Dropped to fit: compiled inference at 4K (0.62x eager there)
 #                                        and the compiled training step (not timed by this script).
-#   total                 409 s   570    10+130+110+25+70+80+35+35 = 495 + the models stage's rest. A stage
+#   total                 409 s   570    10+110+110+20+25+70+80+35+35 = 495 + the models stage's rest. A stage
 #                                        killed by its backstop adds ≤ 15 s, so the script ends before 590 s
 #                                        (under 10 min).
 # Outputs (docs/gpu/ names): env.txt, gpu_tests.txt, fused_{memory,profile,graphs,sweep,tuning,long,devices}.json
-# + fused_summary.md, launches_gpu.json, table1_{bfloat16_fwd,bfloat16_fwdbwd,float16_fwd,float32_fwd}.{csv,json},
+# + fused_summary.md, packing_gpu.{json,md}, launches_gpu.json, table1_{bfloat16_fwd,bfloat16_fwdbwd,float16_fwd,float32_fwd}.{csv,json},
 # bench_models_gpu.json, bench_models_gpu_graphed.json (+ .md), stages.log.
 # DRY=1 (or --dry-run): the same Python stages on the CPU at tiny sizes (n ≤ 256, one call; the fused stage's
 # kernels under TRITON_INTERPRET=1, its CUDA-only parts recorded as skipped), outputs marked DRY.
@@ -87,8 +92,9 @@ stage() {  # stage NAME BUDGET STAGE [ARGS...]: its deadline (≤ what is left),
 }
 
 stage env 10 env
-stage "gpu tests" 130 tests
+stage "gpu tests" 110 tests
 stage fused 110 fused
+stage packing 20 packing
 stage launches 25 launches
 stage "table bf16 fwd" 70 table bfloat16 fwd
 stage "table bf16 fwdbwd" 80 table bfloat16 fwdbwd

@@ -279,7 +279,7 @@ def test_autocast_runs_in_the_autocast_dtype():
     with torch.autocast(device, dtype=torch.bfloat16), fused_kernels(True):
         out = nystrom_attention(q, k, v, num_landmarks=8)
         p = plan(None, 1, 37, 8, "balanced", q.device)
-        direct = fused_attention_op(q, k, v, p.seg, p.bounds, p.counts, None, 0.25, 6)[0]
+        direct = fused_attention_op(q, k, v, p.seg, p.bounds, p.counts, p.spans, p.length, None, 0.25, 6)[0]
     assert out.dtype == torch.float32  # the entry point keeps the inputs' dtype under autocast
     assert direct.dtype == torch.bfloat16  # the op alone follows autocast, like SDPA
     ref = nystrom_attention_materialized(*(t.detach().double() for t in (q, k, v)), num_landmarks=8)
@@ -294,10 +294,10 @@ def test_opcheck(taps, device):
     p = plan(right_pad_mask([17], 21).to(device), 1, 21, 8, "balanced", q.device)
     w = None if taps is None else torch.randn(2, taps, device=device, requires_grad=True)
     checks = ("test_schema", "test_faketensor", "test_autograd_registration")
-    torch.library.opcheck(fused_attention_op, (q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6), test_utils=checks)
-    saved = [t.detach() for t in fused_attention_op(q, k, v, p.seg, p.bounds, p.counts, w, 0.25, 6)]
+    torch.library.opcheck(fused_attention_op, (q, k, v, p.seg, p.bounds, p.counts, p.spans, p.length, w, 0.25, 6), test_utils=checks)
+    saved = [t.detach() for t in fused_attention_op(q, k, v, p.seg, p.bounds, p.counts, p.spans, p.length, w, 0.25, 6)]
     grad = torch.randn_like(saved[0])
-    args = (grad, *(t.detach() for t in (q, k, v)), p.seg, p.counts, None if w is None else w.detach(), saved, 0.25)
+    args = (grad, *(t.detach() for t in (q, k, v)), p.seg, p.counts, p.spans, p.length, None if w is None else w.detach(), saved, 0.25)
     torch.library.opcheck(fused_attention_backward_op, args, test_utils=("test_schema", "test_faketensor"))
 
 
@@ -460,18 +460,10 @@ SPLIT_CASES = [  # b, h, n, programs per call, mask kind (real tokens in every s
 
 
 @pytest.mark.parametrize("b, h, n, programs, kind, taps", SPLIT_CASES)
-def test_several_splits_equal_the_oracle(b, h, n, programs, kind, taps, monkeypatch, device):
+def test_several_splits_equal_the_oracle(b, h, n, programs, kind, taps, launch_grids, device):
     """The passes over n cut into 3-7 splits, as a GPU's multiprocessor count cuts them: the key pass's
     combine of the splits and the backward's split sums, forward and every gradient (16-token blocks)."""
-    grids: dict[str, tuple] = {}
-    for module in (fused_forward, fused_backward):
-        real_launch = module.launch
-
-        def recording(kernel, grid, *a, _real=real_launch, **k):
-            grids[kernel.__name__] = grid
-            return _real(kernel, grid, *a, **k)
-
-        monkeypatch.setattr(module, "launch", recording)
+    grids = launch_grids
     mask = None
     if kind == "holes":
         mask = torch.arange(n)[None, :] % 7 != 3  # holes in every split
@@ -521,10 +513,10 @@ def _recorded_launches(monkeypatch, b, h, n, taps=None, mask=None):
     w = None if taps is None else torch.empty(h, taps, device="meta")
     p = plan(mask, b, n, 64, "balanced", q.device)
     with counting() as forward_count:  # the ATen ops that launch work (views and allocations do not)
-        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.counts, w, 0.125, 6)
+        saved = fused_forward.forward(q, k, v, p.seg, p.bounds, p.counts, p.spans, p.length, w, 0.125, 6)
     forward, launched[:] = list(launched), []
     with counting() as backward_count:
-        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.counts, w, saved, 0.125)
+        fused_backward.backward(torch.empty_like(saved.out), q, k, v, p.seg, p.counts, p.spans, p.length, w, saved, 0.125)
     return forward, list(launched), summary(forward_count), summary(backward_count)
 
 

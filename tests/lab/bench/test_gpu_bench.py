@@ -112,7 +112,7 @@ def test_the_script_budgets_fit_under_ten_minutes():
     end = int(re.search(r"END=\$\{END:-(\d+)\}", text).group(1))
     # ≥ 75 s left for the models stage: eager + CUDA graph ~70 s and its tail (the compiled case runs only
     # when what the stages before left gives it ≥ COMPILED_FROM_S)
-    assert len(budgets) == 8 and sum(budgets) + 75 <= end
+    assert len(budgets) == 9 and sum(budgets) + 75 <= end
     assert gpu_bench.COMPILED_FROM_S >= 70 + gpu_bench.COMPILED_S + gpu_bench.MODELS_TAIL_S
     assert end + 10 + 5 <= 590  # the last stage's timeout and its kill grace
 
@@ -181,3 +181,28 @@ def test_the_fused_profile_groups_device_kernels_by_name():
     assert got["kernels"] == {"key_pass": 11.0, "aten: " + reduce[5:]: 3.0, "query_landmarks": 2.0}
     assert (got["total_us"], got["fused_kernels_us"], got["aten_us"]) == (16.0, 13.0, 3.0)
     assert got["device_events_per_call"] == 2.0
+
+
+def test_the_packing_stage_dry_runs_both_paths_and_every_layout(tmp_path):
+    """The ``packing`` stage's measurement on the CPU (the fused kernels under Triton's interpreter): every
+    layout on both paths in both modes, each as a ratio to one document, and the table of them."""
+    pytest.importorskip("triton")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present: scripts/gpu_bench.sh runs the stage for real")
+    import time
+
+    from nystrom_lab.bench.packing import cost_gpu
+
+    record = cost_gpu.run(dry=True, until=time.monotonic() + 600)
+    assert [(r["n"], r["mode"]) for r in record["rows"]] == [(128, "forward"), (128, "forward + backward")]
+    layouts = list(cost_gpu.gpu_layouts(128, dry=True))
+    assert layouts == ["one document", "4 equal", "half + 4 short"]
+    skewed = cost_gpu.gpu_layouts(4096)["half + 64 short"]
+    assert len(skewed) == 65 and skewed[0] == 2048 and sum(skewed) == 4096
+    for row in record["rows"]:
+        assert set(row["ms"]) == {"fused", "pytorch"}
+        for path in ("fused", "pytorch"):
+            assert list(row["ms"][path]) == layouts and row["over_one_document"][path]["one document"] == 1.0
+    text = cost_gpu.table(record)
+    assert text.count("\n") == 2 + 4 and "| 128 | forward + backward | pytorch |" in text
+    assert "packing_gpu.json" in gpu_bench.FILES

@@ -108,6 +108,24 @@ def nystrom_attention(
             "codes' parity mode), so a packed document's answer would depend on its neighbours; pack with "
             "pinv_init='per_matrix' (the default)"
         )
+    taps = None if conv_weight is None else conv_taps(v, conv_weight)  # (h, K)
+    # packed documents too: each a sample of the kernels, in its own span of its row (one call's launches)
+    if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
+        with autocast_off(q.device.type):  # the op runs in the inputs' dtype
+            out = fused.fused_attention(
+                q,
+                k,
+                v,
+                num_landmarks=num_landmarks,
+                mask=mask,
+                pinv_iterations=pinv_iterations,
+                segments=segments,
+                scale=scale,
+                conv_taps=taps,
+                cu_seqlens=cu_seqlens,
+                max_seqlen=max_seqlen,
+            )  # fmt: skip  (padded positions are never read: no zeroing needed)
+        return first_order_only(out, "nystrom_attention")
     if packed:  # every document as a sample of its own: exact on every path below
 
         def attend(qd: torch.Tensor, kd: torch.Tensor, vd: torch.Tensor, md: torch.Tensor) -> torch.Tensor:
@@ -121,21 +139,6 @@ def nystrom_attention(
             )  # fmt: skip
 
         return run_packed(attend, q, k, v, mask=mask, cu_seqlens=cu_seqlens, max_seqlen=max_seqlen)
-    taps = None if conv_weight is None else conv_taps(v, conv_weight)  # (h, K)
-    if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
-        with autocast_off(q.device.type):  # the op runs in the inputs' dtype
-            out = fused.fused_attention(
-                q,
-                k,
-                v,
-                num_landmarks=num_landmarks,
-                mask=mask,
-                pinv_iterations=pinv_iterations,
-                segments=segments,
-                scale=scale,
-                conv_taps=taps,
-            )  # fmt: skip  (padded positions are never read: no zeroing needed)
-        return first_order_only(out, "nystrom_attention")
     # the conv skip reads padded v as 0: zeroed below unless padded_finite, then here for the conv alone
     conv_v = None
     if conv_weight is not None and padded_finite and mask is not None:

@@ -6,6 +6,7 @@ landmarks, the fused kernels' plan, softmax attention and the modules all read t
 from nystrom.ops.plan.documents import (
     Documents,
     check_cu_seqlens,
+    check_documents,
     document_plan,
     from_documents,
     is_packed,
@@ -13,6 +14,7 @@ from nystrom.ops.plan.documents import (
     rows_from_documents,
     run_packed,
     to_documents,
+    token_documents,
 )
 from nystrom.ops.plan.forms import (
     cu_seqlens_from_document_ids,
@@ -25,6 +27,7 @@ __all__ = [
     "Documents",
     "adopt",
     "check_cu_seqlens",
+    "check_documents",
     "cu_seqlens_from_document_ids",
     "document_ids_from_positions",
     "document_plan",
@@ -38,4 +41,5 @@ __all__ = [
     "shared",
     "shared_plan",
     "to_documents",
+    "token_documents",
 ]

@@ -9,15 +9,16 @@ of the flattened batch. Every row starts a document (none runs from one row into
 per-call forms (``cu_seq_lens_q``/``cu_seq_lens_k``, ``seq_idx``, position ids restarting at each document)
 become it in one place, :mod:`nystrom.ops.plan.forms`.
 
-How a packed call runs (:func:`run_packed`): the documents become a batch of their own, (D, L) with a
-padding mask, and the very same attention runs on it. Padding is exact on every path (the CPU kernels,
-the accelerator path, the traceable path and the fused kernels), so every document gets what it gets
-alone, with its own landmarks by the same segment rule, and the fused op's launches per call do not
-change. The cost: two row gathers, D·L instead of N token rows inside the attention (equal when the
-documents are of one length), and what "its own landmarks" means for Nyström attention: one m×m kernel
-and pseudo-inverse per document. On the CPU, where the lengths are on the host anyway, documents of
-unlike lengths go in groups of like ones (:data:`GROUP_RATIO`, :data:`GROUP_SLACK`), one padded batch
-each, so little padding is computed; elsewhere one batch, so the launches per call stay those of one call.
+How a packed call runs on the PyTorch paths (:func:`run_packed`): the documents become a batch of their
+own, (D, L) with a padding mask, and the very same attention runs on it. Padding is exact on every path
+(the CPU kernels, the accelerator path, the traceable path), so every document gets what it gets alone,
+with its own landmarks by the same segment rule. The cost: two row gathers, D·L instead of N token rows
+inside the attention (equal when the documents are of one length), and what "its own landmarks" means for
+Nyström attention: one m×m kernel and pseudo-inverse per document. On the CPU, where the lengths are on
+the host anyway, documents of unlike lengths go in groups of like ones (:data:`GROUP_RATIO`,
+:data:`GROUP_SLACK`), one padded batch each, so little padding is computed; elsewhere one batch. The fused
+Triton kernels need none of this: they take every document as a sample in its own span of the row
+(:func:`nystrom.ops.nystrom.fused.plan.document_plan`), with the launches of one unpacked call.
 """
 
 from __future__ import annotations
@@ -74,10 +75,10 @@ def check_cu_seqlens(
     forward on an accelerator, where models compute the plan once for all layers); under ``torch.compile``
     without ``max_seqlen``, the row length n (exact, at the cost of D·n token rows).
     """
-    return _check(cu_seqlens, b, n, device, max_seqlen=max_seqlen)[0]
+    return check_documents(cu_seqlens, b, n, device, max_seqlen=max_seqlen)[0]
 
 
-def _check(
+def check_documents(
     cu_seqlens: torch.Tensor, b: int, n: int, device: torch.device, *, max_seqlen: int | None
 ) -> tuple[int, list[int] | None]:
     """:func:`check_cu_seqlens`'s L, and the documents' lengths where they were read (else None)."""
@@ -191,13 +192,26 @@ def document_plan(
         slot_start[pick] = base + torch.arange(s.shape[0], device=device) * size
         base += s.shape[0] * size
         parts.append(Group(index.reshape(-1), real, size, first))
-    token = torch.arange(b * n, device=device)  # (N,)
+    doc, within = token_documents(cu_seqlens, flat, b * n, length, trusted=trusted)
+    return Documents(tuple(parts), slot_start[doc] + within, in_order)
+
+
+def token_documents(
+    cu_seqlens: torch.Tensor, mask: torch.Tensor | None, tokens: int, length: int, *, trusted: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's document and its position inside it, (N,) int64 each, for checked ``cu_seqlens`` of
+    N = ``tokens`` and ``mask`` (N,) bool or None. A document the mask leaves without a real token raises where values are
+    read; ``length`` (the slots per document) not ``trusted``: a device-side assert on an accelerator."""
+    cu = cu_seqlens.long()
+    starts = cu[:-1]  # (D,)
+    token = torch.arange(tokens, device=cu.device)  # (N,)
     doc = torch.searchsorted(cu[1:], token, right=True)  # (N,) the document of each token
     within = token - starts[doc]  # (N,) position inside its document
+    device = cu.device
     if not trusted and device.type not in ("cpu", "meta") and not torch.compiler.is_compiling():
         torch._assert_async((within < length).all(), "max_seqlen is shorter than a document of cu_seqlens")
-    if flat is not None and value_checks_enabled(flat):
-        real_tokens = torch.zeros_like(starts).index_add_(0, doc, flat.long())  # (D,)
+    if mask is not None and value_checks_enabled(mask):
+        real_tokens = torch.zeros_like(starts).index_add_(0, doc, mask.long())  # (D,)
         empty = (real_tokens == 0).nonzero().flatten().tolist()
         if empty:
             i = empty[0]
@@ -205,7 +219,7 @@ def document_plan(
                 f"document {i} (tokens [{int(cu[i])}, {int(cu[i + 1])})) has no real token: the mask "
                 "marks all of it as padding. Give padding to a document with real tokens (after its end)"
             )
-    return Documents(tuple(parts), slot_start[doc] + within, in_order)
+    return doc, within
 
 
 def packed_plan(
@@ -216,7 +230,7 @@ def packed_plan(
     ``cu_seqlens`` and ``mask``; its mask is adopted by the block (what it determines is shared too)."""
 
     def compute() -> Documents:
-        length, lengths = _check(cu_seqlens, b, n, device, max_seqlen=max_seqlen)
+        length, lengths = check_documents(cu_seqlens, b, n, device, max_seqlen=max_seqlen)
         trusted = max_seqlen is None or lengths is not None
         groups, in_order = None, False
         if lengths is not None and cu_seqlens.device.type == "cpu":  # on the host already: group like lengths

@@ -9,6 +9,8 @@
   memory of the first call, per-kernel profiler times beside SDPA, the module eager against its CUDA
   graph, a sweep of warps, stages and token blocks -> ``OUT/fused_tuning.json``, a call past 2³¹ elements,
   two GPUs -> ``OUT/fused_*.json`` and ``OUT/fused_summary.md``;
+- ``packing``: a packed row against one document of the same n, through the fused kernels and the PyTorch
+  path (:mod:`nystrom_lab.bench.packing.cost_gpu`) -> ``OUT/packing_gpu.json`` (+ ``.md``);
 - ``launches``: real CUDA launches per forward -> ``OUT/launches_gpu.json``
   (:mod:`nystrom_lab.bench.launches.gpu` without its tests);
 - ``table DTYPE fwd|fwdbwd``: Table 1's modules at 4K–128K -> ``OUT/table1_{DTYPE}_{fwd|fwdbwd}.csv``
@@ -64,6 +66,7 @@ GRAPHED_TABLE = (
 )
 #: the files a run writes, as they are named in docs/gpu/
 FILES = ("env.txt", "stages.log", "gpu_tests.txt", "launches_gpu.json", "bench_models_gpu.json",
+         "packing_gpu.json", "packing_gpu.md",
          "bench_models_gpu_graphed.json", *FUSED_FILES,
          *(f"table1_{t}.{ext}" for t in ("bfloat16_fwd", "bfloat16_fwdbwd", "float16_fwd", "float32_fwd")
            for ext in ("csv", "json")))  # fmt: skip
@@ -228,6 +231,20 @@ def fused(out: Path, *, dry: bool, budget: float) -> dict:
     return run(out, dry=dry, until=T0 + budget)
 
 
+def packing(out: Path, *, dry: bool, budget: float) -> dict:
+    """Packed rows against one document (:mod:`nystrom_lab.bench.packing.cost_gpu`), within ``budget``."""
+    import os
+
+    if dry:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+    from nystrom_lab.bench.packing import cost_gpu
+
+    record = cost_gpu.run(dry=dry, until=T0 + budget - 3)
+    (out / "packing_gpu.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out / "packing_gpu.md").write_text(cost_gpu.table(record))
+    return record
+
+
 def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = True) -> list[str]:
     """This run's :data:`FILES` and :data:`PROVENANCE` into ``root``/docs/gpu/ (:func:`.commit.commit`)."""
     from nystrom_lab.bench.gpu.commit import commit as into_docs
@@ -237,7 +254,7 @@ def commit(out: Path, *, force: bool = False, root: Path = ROOT, render: bool = 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m nystrom_lab.bench.gpu.driver")
-    p.add_argument("stage", choices=("env", "tests", "fused", "launches", "table", "models", "commit"))
+    p.add_argument("stage", choices=("env", "tests", "fused", "packing", "launches", "table", "models", "commit"))
     p.add_argument("out", type=Path)
     p.add_argument("args", nargs="*", help="table: DTYPE fwd|fwdbwd")
     p.add_argument("--dry", action="store_true", help="on the CPU at tiny sizes (tests; outputs marked DRY)")
@@ -252,6 +269,9 @@ def main(argv: list[str]) -> int:
         return tests(a.out, dry=a.dry, budget=a.budget)
     elif a.stage == "fused":
         fused(a.out, dry=a.dry, budget=a.budget)
+    elif a.stage == "packing":
+        packing(a.out, dry=a.dry, budget=a.budget)
+        print((a.out / "packing_gpu.md").read_text())
     elif a.stage == "launches":
         return launches(a.out, dry=a.dry)
     elif a.stage == "table":

@@ -15,7 +15,7 @@ from pathlib import Path
 #: the kernels' parameters that point at the inputs' dtype (per kernel, those that point at float32 instead)
 _INPUT_POINTERS = {"q_ptr", "k_ptr", "v_ptr", "u_ptr", "o_ptr", "do_ptr", "dk_ptr", "dv_ptr", "dq_ptr"}
 _FLOAT32_INSTEAD = {("query_backward", "dq_ptr")}  # the float32 dq scratch
-_INT_POINTERS = {"seg_ptr", "bounds_ptr", "count_ptr"}
+_INT_POINTERS = {"seg_ptr", "bounds_ptr", "count_ptr", "span_ptr"}
 _TRITON_TYPES = {"bf16": "bf16", "fp16": "fp16", "fp32": "fp32"}
 
 

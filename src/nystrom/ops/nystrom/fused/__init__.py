@@ -25,7 +25,7 @@ import torch
 from nystrom.ops.nystrom.fused import configs
 from nystrom.ops.nystrom.fused.launch import LAUNCHES, block
 from nystrom.ops.nystrom.fused.op import fused_attention as _op
-from nystrom.ops.nystrom.fused.plan import plan
+from nystrom.ops.nystrom.fused.plan import document_plan, plan
 
 __all__ = ["LAUNCHES", "covers", "fused_attention", "fused_kernels"]
 
@@ -155,12 +155,19 @@ def fused_attention(
     segments: str,
     scale: float,
     conv_taps: torch.Tensor | None,
+    cu_seqlens: torch.Tensor | None = None,
+    max_seqlen: int | None = None,
 ) -> torch.Tensor:
     """Nyström attention (b, h, n, dv) on checked inputs that :func:`covers` takes, plus the conv skip of
     v with ``conv_taps`` (h, K) if given. Padded positions are never read, so they need no zeroing and
-    may hold anything."""
+    may hold anything. With ``cu_seqlens`` (packed documents, checked here; balanced segments), every
+    document is a sample of its own: its own landmarks, its passes bounded by its span (no padding to the
+    longest), the conv skip within it; the same launches as one unpacked call."""
     b, h, n, _ = q.shape
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))  # the kernels' row reads
-    p = plan(mask, b, n, num_landmarks, segments, q.device)
+    if cu_seqlens is None:
+        p = plan(mask, b, n, num_landmarks, segments, q.device)
+    else:
+        p = document_plan(cu_seqlens, mask, b, n, num_landmarks, max_seqlen=max_seqlen)
     w = None if conv_taps is None else conv_taps.contiguous()  # (h, K), read as float32 by the kernels
-    return _op(q, k, v, p.seg, p.bounds, p.counts, w, scale, pinv_iterations)
+    return _op(q, k, v, p.seg, p.bounds, p.counts, p.spans, p.length, w, scale, pinv_iterations)

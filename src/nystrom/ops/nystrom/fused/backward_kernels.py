@@ -15,13 +15,16 @@ from nystrom.ops.pinv.triton_steps import initial_iterate_backward, reverse_step
 
 
 @triton.jit
-def query_backward(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, do_ptr, lse_ptr, dq_ptr, du_ptr, dkl_ptr,
+def query_backward(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, span_ptr, do_ptr, lse_ptr, dq_ptr, du_ptr, dkl_ptr,
                    sqb, sqh, sqn, sgb, sgh, sgn, H, n, m, d, dv, scale, per_split, S,
                    BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                    PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
+    bh = tl.program_id(0).to(tl.int64)  # (sample, head)
     split = tl.program_id(1)
-    b, h = bh // H, bh % H
+    sample, h = bh // H, bh % H
+    b = tl.load(span_ptr + sample * 3).to(tl.int64)  # the sample's row and its span [first, last) in it
+    first = tl.load(span_ptr + sample * 3 + 1)
+    last = tl.load(span_ptr + sample * 3 + 2)
     rows = tl.arange(0, BM)
     dcols = tl.arange(0, BD)
     vcols = tl.arange(0, BDV)
@@ -30,11 +33,11 @@ def query_backward(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, do_ptr, lse_ptr, dq
     kl = kl.to(q_ptr.dtype.element_ty)  # (BM, BD), as the forward took it
     u = tl.load(u_ptr + bh * m * dv + rows[:, None] * dv + vcols[None, :],
                 mask=(rows[:, None] < m) & (vcols[None, :] < dv), other=0.0)  # (BM, BDV)  # fmt: skip
-    valid = tl.load(count_ptr + b * m + rows, mask=rows < m, other=0) > 0
+    valid = tl.load(count_ptr + sample * m + rows, mask=rows < m, other=0) > 0
     du = tl.zeros([BM, BDV], dtype=tl.float32)
     dkl = tl.zeros([BM, BD], dtype=tl.float32)
-    lo = split * per_split
-    hi = tl.minimum(lo + per_split, n)
+    lo = first + split * per_split  # a split past a short sample's end adds nothing
+    hi = tl.minimum(lo + per_split, last)
     for p0 in range(lo, hi, BN):
         pos = (p0 + tl.arange(0, BN)).to(tl.int64)  # pos · stride may pass 2³¹
         inside = pos < hi
@@ -43,14 +46,14 @@ def query_backward(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, do_ptr, lse_ptr, dq
                     mask=real[:, None] & (dcols[None, :] < d), other=0.0)  # (BN, BD)  # fmt: skip
         vmask = inside[:, None] & (vcols[None, :] < dv)
         do = tl.load(do_ptr + b * sgb + h * sgh + pos[:, None] * sgn + vcols[None, :], mask=vmask, other=0.0)
-        lse = tl.load(lse_ptr + bh * n + pos, mask=inside, other=0.0)
+        lse = tl.load(lse_ptr + (b * H + h) * n + pos, mask=inside, other=0.0)
         s = tl.dot(q.to(DOT), tl.trans(kl).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
         p = tl.where(valid[None, :] & inside[:, None], tl.exp(s - lse[:, None]), 0.0)
         dp = tl.dot(do.to(DOT), tl.trans(u).to(DOT), input_precision=PRECISION)  # (BN, BM)
         delta = tl.sum(p * dp, axis=1)  # rowsum(dO∘O) of the attention part (O = P U): Σ P ∘ dO Uᵀ
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kl.dtype).to(DOT), kl.to(DOT), input_precision=PRECISION) * scale  # (BN, BD)
-        tl.store(dq_ptr + (bh * n + pos[:, None]) * d + dcols[None, :], dq,
+        tl.store(dq_ptr + ((b * H + h) * n + pos[:, None]) * d + dcols[None, :], dq,
                  mask=inside[:, None] & (dcols[None, :] < d))  # fmt: skip
         du += tl.dot(tl.trans(p.to(do.dtype)).to(DOT), do.to(DOT), input_precision=PRECISION)
         dkl += tl.dot(tl.trans(ds.to(q.dtype)).to(DOT), q.to(DOT), input_precision=PRECISION) * scale
@@ -107,15 +110,18 @@ def landmark_backward(ql_ptr, kl_ptr, count_ptr, a_ptr, z_ptr, it_ptr, bv_ptr, d
 
 
 @triton.jit
-def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, count_ptr, lse_ptr, dbv_ptr, delta_ptr, dkl_ptr,
+def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, count_ptr, span_ptr, lse_ptr, dbv_ptr, delta_ptr, dkl_ptr,
                  dk_ptr, dv_ptr, dqlp_ptr, do_ptr, w_ptr, dwp_ptr,
                  skb, skh, skn, svb, svh, svn, sdkb, sdkh, sdkn, sdvb, sdvh, sdvn, sgb, sgh, sgn,
                  H, n, m, d, dv, K, per_split, S,
                  BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr, BK: tl.constexpr,
                  CONV: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
+    bh = tl.program_id(0).to(tl.int64)  # (sample, head)
     split = tl.program_id(1)
-    b, h = bh // H, bh % H
+    sample, h = bh // H, bh % H
+    b = tl.load(span_ptr + sample * 3).to(tl.int64)  # the sample's row and its span [first, last) in it
+    first = tl.load(span_ptr + sample * 3 + 1)
+    last = tl.load(span_ptr + sample * 3 + 2)
     rows = tl.arange(0, BM)
     dcols = tl.arange(0, BD)
     vcols = tl.arange(0, BDV)
@@ -128,8 +134,8 @@ def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, count_ptr, lse_ptr, dbv_ptr, del
     dql = tl.zeros([BM, BD], dtype=tl.float32)
     taps = tl.arange(0, BK)
     dw = tl.zeros([BK], dtype=tl.float32)
-    lo = split * per_split
-    hi = tl.minimum(lo + per_split, n)
+    lo = first + split * per_split  # a split past a short sample's end adds nothing
+    hi = tl.minimum(lo + per_split, last)
     for p0 in range(lo, hi, BN):
         pos = (p0 + tl.arange(0, BN)).to(tl.int64)  # pos · stride may pass 2³¹
         inside = pos < hi
@@ -146,13 +152,13 @@ def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, count_ptr, lse_ptr, dbv_ptr, del
         ds = p * (dp - delta[:, None])
         dk_block = tl.dot(tl.trans(ds.to(ql.dtype)).to(DOT), ql.to(DOT), input_precision=PRECISION)  # (BN, BD)
         own = tl.where(real, seg, 0)  # the token's landmark: k̃'s gradient, spread over its tokens
-        w = 1.0 / tl.load(count_ptr + b * m + own, mask=real, other=1).to(tl.float32)  # ≥ 1 at real tokens
+        w = 1.0 / tl.load(count_ptr + sample * m + own, mask=real, other=1).to(tl.float32)  # ≥ 1 at real tokens
         dk_block += w[:, None] * tl.load(dkl_ptr + (bh * BM + own[:, None]) * BD + dcols[None, :],
                                          mask=real[:, None], other=0.0)  # fmt: skip
-        if CONV:  # the skip's transpose: v row j reached output rows j − t + K//2 with weight w[h, t]
+        if CONV:  # the skip's transpose: v row j reached output rows j − t + K//2 (in its sample), weight w[h, t]
             for t in range(K):
                 dst = pos - t + K // 2
-                ok = (dst >= 0) & (dst < n) & inside
+                ok = (dst >= first) & (dst < last) & inside
                 g = tl.load(do_ptr + b * sgb + h * sgh + dst[:, None] * sgn + vcols[None, :],
                             mask=ok[:, None] & (vcols[None, :] < dv), other=0.0).to(tl.float32)  # fmt: skip
                 dv_block += tl.load(w_ptr + h * K + t).to(tl.float32) * g
@@ -171,21 +177,24 @@ def key_backward(ql_ptr, k_ptr, v_ptr, seg_ptr, count_ptr, lse_ptr, dbv_ptr, del
 
 
 @triton.jit
-def query_landmarks(dq32_ptr, dql_ptr, seg_ptr, count_ptr, dq_ptr, sdqb, sdqh, sdqn, H, n, m, d, scale,
-                    BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):  # fmt: skip
-    blocks = tl.cdiv(n, BN)  # one program per (b, h, token block) on grid axis 0: no 65 535 limit
+def query_landmarks(dq32_ptr, dql_ptr, seg_ptr, count_ptr, span_ptr, dq_ptr, sdqb, sdqh, sdqn, H, n, L, m, d,
+                    scale, BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr):  # fmt: skip
+    blocks = tl.cdiv(L, BN)  # one program per (sample, h, token block) on grid axis 0: no 65 535 limit
     pid = tl.program_id(0).to(tl.int64)
     bh = pid // blocks
-    b, h = bh // H, bh % H
-    pos = (pid % blocks) * BN + tl.arange(0, BN)
+    sample, h = bh // H, bh % H
+    b = tl.load(span_ptr + sample * 3).to(tl.int64)  # the sample's row and its span [first, last) in it
+    first = tl.load(span_ptr + sample * 3 + 1)
+    last = tl.load(span_ptr + sample * 3 + 2)
+    pos = first + (pid % blocks) * BN + tl.arange(0, BN)  # blocks past a short sample's end store nothing
     dcols = tl.arange(0, BD)
-    inside = pos < n
+    inside = pos < last
     seg = tl.load(seg_ptr + b * n + pos, mask=inside, other=m)
     real = seg < m
     own = tl.where(real, seg, 0)
     tile = inside[:, None] & (dcols[None, :] < d)
-    dq = tl.load(dq32_ptr + (bh * n + pos[:, None]) * d + dcols[None, :], mask=tile, other=0.0)
-    w = scale / tl.load(count_ptr + b * m + own, mask=real, other=1).to(tl.float32)  # ≥ 1 at real tokens
+    dq = tl.load(dq32_ptr + ((b * H + h) * n + pos[:, None]) * d + dcols[None, :], mask=tile, other=0.0)
+    w = scale / tl.load(count_ptr + sample * m + own, mask=real, other=1).to(tl.float32)  # ≥ 1 at real tokens
     dq += w[:, None] * tl.load(dql_ptr + (bh * BM + own[:, None]) * BD + dcols[None, :],
                                mask=real[:, None], other=0.0)  # fmt: skip
     tl.store(dq_ptr + b * sdqb + h * sdqh + pos[:, None] * sdqn + dcols[None, :],

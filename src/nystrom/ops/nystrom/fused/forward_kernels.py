@@ -20,15 +20,16 @@ from nystrom.ops.pinv.triton_steps import iterate
 
 
 @triton.jit
-def landmarks(q_ptr, k_ptr, seg_ptr, bounds_ptr, count_ptr, ql_ptr, kl_ptr,
+def landmarks(q_ptr, k_ptr, seg_ptr, bounds_ptr, count_ptr, span_ptr, ql_ptr, kl_ptr,
               sqb, sqh, sqn, skb, skh, skn, H, n, m, d, scale,
               BN: tl.constexpr, BD: tl.constexpr):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
+    bh = tl.program_id(0).to(tl.int64)  # (sample, head)
     j = tl.program_id(1)
-    b, h = bh // H, bh % H
-    start = tl.load(bounds_ptr + (b * m + j) * 2)
-    end = tl.load(bounds_ptr + (b * m + j) * 2 + 1)
-    inv = 1.0 / tl.maximum(tl.load(count_ptr + b * m + j), 1).to(tl.float32)  # an empty landmark's sums are 0
+    sample, h = bh // H, bh % H
+    b = tl.load(span_ptr + sample * 3).to(tl.int64)  # the sample's row
+    start = tl.load(bounds_ptr + (sample * m + j) * 2)
+    end = tl.load(bounds_ptr + (sample * m + j) * 2 + 1)
+    inv = 1.0 / tl.maximum(tl.load(count_ptr + sample * m + j), 1).to(tl.float32)  # an empty landmark's sums are 0
     cols = tl.arange(0, BD)
     acc_q = tl.zeros([BD], dtype=tl.float32)
     acc_k = tl.zeros([BD], dtype=tl.float32)
@@ -72,13 +73,16 @@ def landmark_pinv(ql_ptr, kl_ptr, count_ptr, a_ptr, z_ptr, it_ptr, H, m, d, iter
 
 
 @triton.jit
-def key_pass(ql_ptr, k_ptr, v_ptr, seg_ptr, acc_ptr, stat_ptr,
+def key_pass(ql_ptr, k_ptr, v_ptr, seg_ptr, span_ptr, acc_ptr, stat_ptr,
              skb, skh, skn, svb, svh, svn, H, n, m, d, dv, per_split, S,
              BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
              PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-    bh = tl.program_id(0).to(tl.int64)
+    bh = tl.program_id(0).to(tl.int64)  # (sample, head)
     split = tl.program_id(1)
-    b, h = bh // H, bh % H
+    sample, h = bh // H, bh % H
+    b = tl.load(span_ptr + sample * 3).to(tl.int64)  # the sample's row and its span [first, last) in it
+    first = tl.load(span_ptr + sample * 3 + 1)
+    last = tl.load(span_ptr + sample * 3 + 2)
     rows = tl.arange(0, BM)
     dcols = tl.arange(0, BD)
     vcols = tl.arange(0, BDV)
@@ -88,8 +92,8 @@ def key_pass(ql_ptr, k_ptr, v_ptr, seg_ptr, acc_ptr, stat_ptr,
     peak = tl.full([BM], float("-inf"), dtype=tl.float32)
     total = tl.zeros([BM], dtype=tl.float32)
     acc = tl.zeros([BM, BDV], dtype=tl.float32)
-    lo = split * per_split
-    hi = tl.minimum(lo + per_split, n)
+    lo = first + split * per_split  # a split past a short sample's end reads nothing (partials −inf, 0)
+    hi = tl.minimum(lo + per_split, last)
     for p0 in range(lo, hi, BN):
         pos = (p0 + tl.arange(0, BN)).to(tl.int64)  # pos · stride may pass 2³¹
         real = tl.load(seg_ptr + b * n + pos, mask=pos < hi, other=m) < m  # (BN,)
@@ -145,25 +149,28 @@ def key_combine(acc_ptr, stat_ptr, z_ptr, bv_ptr, lse_ptr, u_ptr, m, dv, S,
 
 
 @triton.jit
-def query_pass(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, v_ptr, w_ptr, o_ptr, lse_ptr,
-               sqb, sqh, sqn, svb, svh, svn, sob, soh, son, H, n, m, d, dv, K, scale,
+def query_pass(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, span_ptr, v_ptr, w_ptr, o_ptr, lse_ptr,
+               sqb, sqh, sqn, svb, svh, svn, sob, soh, son, H, n, L, m, d, dv, K, scale,
                BN: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, BDV: tl.constexpr,
                CONV: tl.constexpr, PRECISION: tl.constexpr, DOT: tl.constexpr):  # fmt: skip
-    blocks = tl.cdiv(n, BN)  # one program per (b, h, token block) on grid axis 0: no 65 535 limit
+    blocks = tl.cdiv(L, BN)  # one program per (sample, h, token block) on grid axis 0: no 65 535 limit
     pid = tl.program_id(0).to(tl.int64)
     bh = pid // blocks  # the blocks of one head are neighbours: k̃ and U stay in L2
-    b, h = bh // H, bh % H
-    pos = (pid % blocks) * BN + tl.arange(0, BN)
+    sample, h = bh // H, bh % H
+    b = tl.load(span_ptr + sample * 3).to(tl.int64)  # the sample's row and its span [first, last) in it
+    first = tl.load(span_ptr + sample * 3 + 1)
+    last = tl.load(span_ptr + sample * 3 + 2)
+    pos = first + (pid % blocks) * BN + tl.arange(0, BN)  # blocks past a short sample's end store nothing
     rows = tl.arange(0, BM)
     dcols = tl.arange(0, BD)
     vcols = tl.arange(0, BDV)
-    inside = pos < n
+    inside = pos < last
     real = tl.load(seg_ptr + b * n + pos, mask=inside, other=m) < m
     q = tl.load(q_ptr + b * sqb + h * sqh + pos[:, None] * sqn + dcols[None, :],
                 mask=real[:, None] & (dcols[None, :] < d), other=0.0)  # (BN, BD), padded rows 0  # fmt: skip
     klt = tl.load(kl_ptr + bh * m * d + rows[None, :] * d + dcols[:, None],
                   mask=(rows[None, :] < m) & (dcols[:, None] < d), other=0.0)  # (BD, BM)  # fmt: skip
-    valid = tl.load(count_ptr + b * m + rows, mask=rows < m, other=0) > 0
+    valid = tl.load(count_ptr + sample * m + rows, mask=rows < m, other=0) > 0
     s = tl.dot(q.to(DOT), klt.to(q.dtype).to(DOT), input_precision=PRECISION) * scale  # (BN, BM)
     s = tl.where(valid[None, :], s, float("-inf"))
     peak = tl.max(s, axis=1)  # −inf in a sample with no real token (front_padded: no landmark holds one)
@@ -174,10 +181,10 @@ def query_pass(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, v_ptr, w_ptr, o_ptr, ls
                 mask=(rows[:, None] < m) & (vcols[None, :] < dv), other=0.0)  # (BM, BDV)  # fmt: skip
     o = tl.dot(p.to(u.dtype).to(DOT), u.to(DOT), input_precision=PRECISION)
     o = o / tl.where(total > 0, total, 1.0)[:, None]  # a row with no landmark: 0, not 0/0
-    if CONV:  # + Σ_t w[h, t] · v[pos + t − K//2]: the skip, padded and outside rows read as 0
+    if CONV:  # + Σ_t w[h, t] · v[pos + t − K//2]: the skip, padded rows and rows outside the sample read as 0
         for t in range(K):
             src = pos + t - K // 2
-            ok = (src >= 0) & (src < n)
+            ok = (src >= first) & (src < last)
             used = tl.load(seg_ptr + b * n + src, mask=ok, other=m) < m
             vs = tl.load(v_ptr + b * svb + h * svh + src[:, None] * svn + vcols[None, :],
                          mask=used[:, None] & (vcols[None, :] < dv), other=0.0)  # fmt: skip
@@ -185,4 +192,4 @@ def query_pass(q_ptr, kl_ptr, u_ptr, count_ptr, seg_ptr, v_ptr, w_ptr, o_ptr, ls
     tl.store(o_ptr + b * sob + h * soh + pos[:, None] * son + vcols[None, :], o.to(o_ptr.dtype.element_ty),
              mask=inside[:, None] & (vcols[None, :] < dv))  # fmt: skip
     has = total > 0  # a finite 0 where no landmark was attended (the backward's P_F is 0 there)
-    tl.store(lse_ptr + bh * n + pos, tl.where(has, safe + tl.log(tl.where(has, total, 1.0)), 0.0), mask=inside)
+    tl.store(lse_ptr + (b * H + h) * n + pos, tl.where(has, safe + tl.log(tl.where(has, total, 1.0)), 0.0), mask=inside)
