@@ -12,8 +12,8 @@ optimisations and as many intra-op threads as torch uses (no tuning). Every row 
 
 Interleaved rounds: each round runs every case once in each engine, the engines' order alternating round by
 round, so a slow spell of the shared machine hits both alike; a case's time is its median over rounds and
-"ORT / eager" the median of the per-round ratios. ``--budget-s`` stops a case's rounds early once spent
-(at least one). The outputs of the two engines are compared once per case (largest absolute difference of
+"ORT / eager" the median of the per-round ratios. ``--budget-s`` stops a case's rounds early once its own
+timed calls have taken that long (at least one round). The outputs of the two engines are compared once per case (largest absolute difference of
 ``last_hidden_state``). Writes OUT/onnx_speed.json (machine, versions, settings, every time) and
 OUT/onnx_speed.md (the table, also printed).
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from nystrom_lab.argtypes import ArgumentParser, non_negative_int, output_dir, positive_int
@@ -55,6 +56,31 @@ def random_inputs(b: int, n: int, vocab: int, seed: int) -> dict:
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(min(1000, vocab // 2), vocab, (b, n), generator=gen)
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
+
+
+def time_rounds(
+    engines: dict[str, Callable[[tuple[int, int]], object]], cases: list[tuple[int, int]], times: dict, *,
+    rounds: int, budget_s: float, clock: Callable[[], float] = time.perf_counter,
+) -> None:  # fmt: skip
+    """Interleaved rounds of every case in every engine (their order alternating round by round), each
+    call's seconds appended to ``times[case][engine]``; a case stops once its own timed calls have taken
+    ``budget_s`` (at least one round)."""
+    spent = dict.fromkeys(cases, 0.0)  # seconds of each case's own timed calls (not the other cases')
+    for r in range(rounds):
+        order = ("eager", "ort") if r % 2 == 0 else ("ort", "eager")
+        for case in cases:
+            if r > 0 and spent[case] > budget_s:
+                continue
+            for name in order:
+                t = clock()
+                engines[name](case)
+                times[case][name].append(clock() - t)
+                spent[case] += times[case][name][-1]
+            e, o = times[case]["eager"][-1], times[case]["ort"][-1]
+            print(
+                f"[onnx_speed] round {r + 1}/{rounds} n={case[0]} b={case[1]}: eager {1e3 * e:.1f} ms,"
+                f" ORT {1e3 * o:.1f} ms", file=sys.stderr, flush=True,
+            )  # fmt: skip
 
 
 def run(
@@ -104,21 +130,7 @@ def run(
             for fn in engines.values():
                 fn(case)
         diffs[case] = float((torch.from_numpy(onnx(case)) - eager(case)).abs().max())
-    started = {c: time.perf_counter() for c in cases}
-    for r in range(rounds):
-        order = ("eager", "ort") if r % 2 == 0 else ("ort", "eager")
-        for case in cases:
-            if r > 0 and time.perf_counter() - started[case] > budget_s:
-                continue
-            for name in order:
-                t = time.perf_counter()
-                engines[name](case)
-                times[case][name].append(time.perf_counter() - t)
-            e, o = times[case]["eager"][-1], times[case]["ort"][-1]
-            print(
-                f"[onnx_speed] round {r + 1}/{rounds} n={case[0]} b={case[1]}: eager {1e3 * e:.1f} ms,"
-                f" ORT {1e3 * o:.1f} ms", file=sys.stderr, flush=True,
-            )  # fmt: skip
+    time_rounds(engines, cases, times, rounds=rounds, budget_s=budget_s)
     rows = []
     for (n, b), t in times.items():
         ratios = [o / e for e, o in zip(t["eager"], t["ort"])]

@@ -42,3 +42,4 @@ def test_a_missing_model_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         onnx_profile.main([str(tmp_path / "nothing.onnx")])
     assert "is not a file" in capsys.readouterr().err
+

@@ -1,0 +1,24 @@
+"""The ONNX Runtime speed bench's timing rounds (nystrom_lab.bench.onnx_speed), with fake engines and clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from nystrom_lab.bench import onnx_speed
+
+
+def test_a_case_s_round_budget_counts_only_its_own_calls():
+    """onnx_speed's rounds: a slow case (1 s a call) stops after its first round, while a fast one (0.1 s)
+    keeps going until its own calls pass the budget (0.5 s: three rounds), whatever the slow one spent."""
+    now = [0.0]
+    cost = {(4096, 1): 1.0, (512, 1): 0.1}
+
+    def engine(case):
+        now[0] += cost[case]
+
+    cases = list(cost)
+    times = {c: {"eager": [], "ort": []} for c in cases}
+    onnx_speed.time_rounds({"eager": engine, "ort": engine}, cases, times, rounds=5, budget_s=0.5,
+                           clock=lambda: now[0])  # fmt: skip
+    assert [len(times[c]["eager"]) for c in cases] == [1, 3]
+    assert times[(512, 1)]["ort"] == pytest.approx([0.1, 0.1, 0.1])
