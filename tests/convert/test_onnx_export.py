@@ -143,13 +143,16 @@ def test_base_model_equals_eager_at_other_lengths_and_batches(base):
 def test_base_model_graph_has_the_operators_onnx_runtime_runs_well(base):
     """The graph ONNX Runtime runs at eager speed: the conv skip is one Conv per layer (not K shifted
     multiply-adds), the masked softmaxes carry no NaN-row Where (3 Softmax per layer: F, A and B), and the
-    5 LayerNorms (embeddings, 2 per layer) are written out with a Pow, not ORT's slower LayerNormalization."""
+    5 LayerNorms (embeddings, 2 per layer) are written out with a Pow, not ORT's slower LayerNormalization;
+    the linear layers on (b, n, e) rows (3 per layer) and the pooler are Gemms with their bias inside, not
+    MatMul then Add."""
     import onnx
 
     _, path = base
     ops = [node.op_type for node in onnx.load(str(path)).graph.node]
     assert (ops.count("Conv"), ops.count("Softmax"), ops.count("IsNaN")) == (2, 6, 0)
     assert (ops.count("LayerNormalization"), ops.count("Pow")) == (0, 5)
+    assert ops.count("Gemm") == 2 * 3 + 1
 
 
 def test_masked_lm_from_a_folder_keeps_its_tokenizer_beside(mlm_folder):
