@@ -108,11 +108,21 @@ def test_packed_rows_equal_documents_alone_through_the_fused_kernels(rows, kind,
     _check_packed_equals_alone(rows, mask, m=m, taps=taps, programs=programs)
 
 
-@settings(max_examples=6, deadline=None)
-@given(lengths=st.lists(st.integers(1, 60), min_size=1, max_size=16), m=st.sampled_from([1, 4, 16]),
+@settings(max_examples=3, deadline=None)
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=16), m=st.sampled_from([1, 4, 16]),
        programs=st.integers(1, 12))  # fmt: skip
 def test_hypothesis_rows_of_1_to_16_documents(lengths, m, programs):
-    """1–16 documents of 1–60 tokens in one row, m above and below their lengths, 1–12 programs per call."""
+    """1–16 documents of 1–40 tokens in one row, m above and below their lengths, 1–12 programs per call
+    (a few examples: every document alone is an interpreted call of its own; more under ``-m slow``)."""
+    _check_packed_equals_alone([lengths], None, m=m, taps=3, programs=programs)
+
+
+@pytest.mark.slow
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(1, 300), min_size=1, max_size=16), m=st.sampled_from([1, 4, 16, 64]),
+       programs=st.integers(1, 24))  # fmt: skip
+def test_hypothesis_rows_of_1_to_16_longer_documents(lengths, m, programs):
+    """As above with documents of 1–300 tokens, m up to 64, 25 examples (minutes under the interpreter)."""
     _check_packed_equals_alone([lengths], None, m=m, taps=3, programs=programs)
 
 
