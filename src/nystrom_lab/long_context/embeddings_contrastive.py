@@ -14,7 +14,7 @@ Data: Brown's documents with an even index train (``embeddings.split_documents``
 example is one document: each step crops two non-overlapping spans of ``--min-span``..``--max-span`` tokens
 (lengths and places drawn from torch's generator, which the loop checkpoints, so a resumed run crops alike).
 The dev set is 10 % of the training documents, each as its two halves cut to ``--max-span``; its metric is
-the InfoNCE loss (in-batch retrieval accuracy, logged too, is near 1 from the start). The model is the sentence-transformers folder's encoder (mean pooling, as its
+the InfoNCE loss (the in-batch retrieval accuracy, logged too, moves in steps of one document in eight). The model is the sentence-transformers folder's encoder (mean pooling, as its
 ``1_Pooling`` says), trained by the one loop (:func:`nystrom_lab.training.loop.train`: checkpoints, resume,
 best dev step); the best weights are written back as a sentence-transformers folder, OUT/model.
 """
@@ -155,11 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = TrainConfig(
         steps=a.steps, batch_size=a.batch_size, lr=a.lr, warmup=max(1, a.steps // 10), weight_decay=0.01,
         precision=a.precision, device=a.device, eval_every=max(1, a.steps // 4), eval_at_start=True,
-        seed=a.seed, metric="loss", metric_mode="min",  # in-batch accuracy saturates near 1 from the start
+        seed=a.seed, metric="loss", metric_mode="min",  # the in-batch accuracy of 8 documents is coarse
     )  # fmt: skip
     results = train(task, cfg, a.out, progress=not a.no_progress)
     folder = write_model(task, a.long_model, a.out)
-    print(f"[contrastive] best dev accuracy {results['best_dev']} at step {results['best_step']}; wrote {folder}")
+    print(f"[contrastive] best dev loss {results['best_dev']:.4f} at step {results['best_step']} of the trained steps;"
+          f" wrote {folder}")  # fmt: skip
     return 0
 
 
