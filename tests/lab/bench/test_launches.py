@@ -192,7 +192,8 @@ def test_launch_targets_for_the_minilm_size_model_on_the_accelerator_path():
     with fused_kernels(False):
         pytorch = measure("model-mask", "ours")
     assert (hf["forward"]["ops"], hf["forward_backward"]["ops"]) == (644, 1698)
-    assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (87, 225)
+    # 4 of them build the fused plan's row spans (what packed documents replace), once per forward
+    assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (91, 229)
     assert (pytorch["forward"]["ops"], pytorch["forward_backward"]["ops"]) == (170, 944)
     for counts in (ours, pytorch):
         assert counts["forward"]["ops"] <= 0.5 * hf["forward"]["ops"]
@@ -269,7 +270,8 @@ def test_our_nystrom_model_against_transformers_bert_with_sdpa():
     which the PyTorch path needs for exact weight gradients; BERT reads its mask on the host instead)."""
     counts = _minilm_counts_against_bert(4096, None)
     ours, bert = counts["ours"], counts["bert"]
-    assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (87, 225)
+    # 4 of them build the fused plan's row spans (what packed documents replace), once per forward
+    assert (ours["forward"]["ops"], ours["forward_backward"]["ops"]) == (91, 229)
     assert (bert["forward"]["ops"], bert["forward_backward"]["ops"]) == (83, 243)
     assert ours["forward_backward"]["ops"] <= bert["forward_backward"]["ops"]
     assert ours["forward"]["by_op"]["fused_attention"] == 6 and ours["forward"]["by_op"]["masked_fill"] == 6
