@@ -108,9 +108,9 @@ def nystrom_attention(
             "codes' parity mode), so a packed document's answer would depend on its neighbours; pack with "
             "pinv_init='per_matrix' (the default)"
         )
-    taps = None if conv_weight is None else conv_taps(v, conv_weight)  # (h, K)
     # packed documents too: each a sample of the kernels, in its own span of its row (one call's launches)
     if fused.covers(q, v, num_landmarks=num_landmarks, pinv=pinv, pinv_init=pinv_init):
+        taps = None if conv_weight is None else conv_taps(v, conv_weight)  # (h, K)
         with autocast_off(q.device.type):  # the op runs in the inputs' dtype
             out = fused.fused_attention(
                 q,

@@ -46,7 +46,8 @@ def layouts(n: int) -> dict[str, list[int]]:
     return out
 
 
-def _offsets(lengths: list[int]) -> torch.Tensor:
+def cu_seqlens_of(lengths: list[int]) -> torch.Tensor:
+    """Documents of ``lengths`` end to end -> int32 ``cu_seqlens`` (D + 1,), FlashAttention's offsets."""
     return torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
 
 
@@ -55,7 +56,7 @@ def measure(n: int, *, repeats: int, train: bool) -> dict[str, float]:
     torch.manual_seed(0)
     layer = NystromAttention(384, heads=12, dim_head=32, conv_kernel_size=65)  # m = 64, the default
     x = torch.randn(1, n, 384, requires_grad=train)
-    cases = {name: (None if len(ls) == 1 else _offsets(ls)) for name, ls in layouts(n).items()}
+    cases = {name: (None if len(ls) == 1 else cu_seqlens_of(ls)) for name, ls in layouts(n).items()}
 
     def call(cu: torch.Tensor | None) -> None:
         if train:

@@ -22,7 +22,7 @@ import time
 import torch
 
 from nystrom import NystromAttention
-from nystrom_lab.bench.packing.cost import _offsets, layouts
+from nystrom_lab.bench.packing.cost import cu_seqlens_of, layouts
 
 LENGTHS = (4096, 16384)
 #: the layer (width, heads, head dim, landmarks, conv taps): the fused stage's on a GPU, tiny when dry
@@ -80,7 +80,7 @@ def measure(n: int, *, device: torch.device, dtype: torch.dtype, train: bool, re
     layer = layer.to(device=device, dtype=dtype)
     x = torch.randn(1, n, shape["width"], device=device, dtype=dtype, requires_grad=train)
     dry = device.type != "cuda"
-    cases = {name: (None if len(ls) == 1 else _offsets(ls).to(device)) for name, ls in gpu_layouts(n, dry=dry).items()}
+    cases = {name: (None if len(ls) == 1 else cu_seqlens_of(ls).to(device)) for name, ls in gpu_layouts(n, dry=dry).items()}
 
     def call(cu: torch.Tensor | None) -> None:
         if train:
