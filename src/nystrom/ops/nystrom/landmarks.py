@@ -81,8 +81,10 @@ def _segment_means(
         lambda: _row_plan(mask, b, n, m, x.device, segments, acc_dtype),
     )
     # Rows of (b·n, h·d) are contiguous runs for both (b, h, n, d) tensors and head views of a joint
-    # (b, n, 3, h, d) projection, so this reshape is usually a view and index_add_ streams whole rows.
-    rows = x.permute(0, 2, 1, 3).reshape(b * n, h * d).to(acc_dtype)  # (b·n, h·d)
+    # (b, n, 3, h, d) projection, so this reshape is usually a view. It is a strided one for the head
+    # views, and index_add_ then falls back to a scatter_add_ over an expanded index: copying first is 3x
+    # faster (0.39 vs 1.18 ms at (2600, 384) rows; the padded and packed CPU calls take this path).
+    rows = x.permute(0, 2, 1, 3).reshape(b * n, h * d).to(acc_dtype).contiguous()  # (b·n, h·d)
     sums = rows.new_zeros(b * (m + 1), h * d).index_add_(0, index, rows)  # (b·(m+1), h·d)
     sums = sums.view(b, m + 1, h, d)[:, :m].permute(0, 2, 1, 3)  # (b, h, m, d)
     return sums / divisor, valid  # empty landmarks stay 0
