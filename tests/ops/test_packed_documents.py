@@ -22,6 +22,8 @@ from nystrom.ops.plan import (
     document_ids_from_positions,
     documents,
     shared_plan,
+    split_documents,
+    to_documents,
 )
 from nystrom.ops.softmax import softmax_attention
 from nystrom.utils.device import force_accelerator_path
@@ -337,6 +339,38 @@ def test_like_lengths_group_documents_on_the_cpu():
     assert plan.in_order and [(g.start, g.length) for g in plan.groups] == [(0, 2600), (2600, 1496)]
     plan = documents.packed_plan(_offsets([1024] * 4), None, 1, 4096, q.device)
     assert plan.in_order and [(g.start, g.mask.shape[0]) for g in plan.groups] == [(0, 4)]
+
+
+def test_groups_in_order_are_split_once_and_their_gradient_is_one_cat():
+    """Slices of the row in order are one split: the backward concatenates the groups' gradients instead of
+    zero-filling all N rows once per group (a narrow's backward), and gives the same values."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    cu = _offsets([600, 300, 300])  # unlike lengths (beyond GROUP_SLACK): two groups
+    x = torch.randn(1, 3, 1200, 4, dtype=torch.float64, requires_grad=True)
+    plan = documents.packed_plan(cu, None, 1, 1200, x.device)
+    assert plan.in_order and [(g.start, g.mask.shape[0], g.length) for g in plan.groups] == [
+        (0, 1, 600),
+        (600, 2, 300),
+    ]
+    parts = split_documents(x, plan)
+    for part, group in zip(parts, plan.groups):
+        assert torch.equal(part, to_documents(x, group))  # (G, h, L, d)
+    weights = [torch.randn_like(p) for p in parts]
+    with Ops() as seen:
+        (gx,) = torch.autograd.grad(sum((p * w).sum() for p, w in zip(parts, weights)), x)
+    assert "slice_backward" not in seen.names and "fill_" not in seen.names, seen.names
+    (ref,) = torch.autograd.grad(sum((to_documents(x, g) * w).sum() for g, w in zip(plan.groups, weights)), x)
+    torch.testing.assert_close(gx, ref, rtol=0, atol=0)
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ from nystrom.ops.plan import (
     padding,
     rows_from_documents,
     shared_plan,
-    to_documents,
+    split_documents,
 )
 from nystrom.utils.checks import (
     check_dtype_matches,
@@ -197,10 +197,8 @@ class AttentionBase(nn.Module):
         """:meth:`attend` on packed rows, heads (b, g, n, d) -> merged (b, n, g·d): every document as a
         sample of its own (``mask`` is in ``documents``, which was built from it)."""
         b, _, n, _ = q.shape
-        outs = [
-            self.attend(*(to_documents(t, group) for t in (q, k, v)), group.mask, conv_weight)  # (G, L, g·d)
-            for group in documents.groups
-        ]
+        parts = zip(documents.groups, *(split_documents(t, documents) for t in (q, k, v)))
+        outs = [self.attend(qg, kg, vg, group.mask, conv_weight) for group, qg, kg, vg in parts]  # (G, L, g·d)
         return rows_from_documents(outs, documents, b, n)  # (b, n, g·d)
 
     def attend(

@@ -8,18 +8,21 @@ from nystrom.ops.plan.documents import (
     check_cu_seqlens,
     check_documents,
     document_plan,
-    from_documents,
     is_packed,
     packed_plan,
-    rows_from_documents,
-    run_packed,
-    to_documents,
     token_documents,
 )
 from nystrom.ops.plan.forms import (
     cu_seqlens_from_document_ids,
     document_ids_from_positions,
     packed_cu_seqlens,
+)
+from nystrom.ops.plan.rows import (
+    from_documents,
+    rows_from_documents,
+    run_packed,
+    split_documents,
+    to_documents,
 )
 from nystrom.ops.plan.shared import adopt, padding, shared, shared_plan
 
@@ -40,6 +43,7 @@ __all__ = [
     "run_packed",
     "shared",
     "shared_plan",
+    "split_documents",
     "to_documents",
     "token_documents",
 ]

@@ -9,7 +9,7 @@ of the flattened batch. Every row starts a document (none runs from one row into
 per-call forms (``cu_seq_lens_q``/``cu_seq_lens_k``, ``seq_idx``, position ids restarting at each document)
 become it in one place, :mod:`nystrom.ops.plan.forms`.
 
-How a packed call runs on the PyTorch paths (:func:`run_packed`): the documents become a batch of their
+How a packed call runs on the PyTorch paths (:func:`~nystrom.ops.plan.rows.run_packed`): the documents become a batch of their
 own, (D, L) with a padding mask, and the very same attention runs on it. Padding is exact on every path
 (the CPU kernels, the accelerator path, the traceable path), so every document gets what it gets alone,
 with its own landmarks by the same segment rule. The cost: two row gathers, D·L instead of N token rows
@@ -24,7 +24,6 @@ Triton kernels need none of this: they take every document as a sample in its ow
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -243,52 +242,3 @@ def packed_plan(
     for group in plan.groups:
         adopt(group.mask)
     return plan
-
-
-def to_documents(x: torch.Tensor, group: Group) -> torch.Tensor:
-    """(b, h, n, d) -> (G, h, L, d): one gather of the (N, h·d) token rows (a view for head views of a
-    token-major projection), returned as head views of the (G, L, h, d) rows."""
-    b, h, n, d = x.shape
-    rows = x.transpose(1, 2).reshape(b * n, h * d)  # (N, h·d)
-    if group.start is not None:  # consecutive documents of length L: a slice, no copy
-        picked = rows.narrow(0, group.start, group.mask.shape[0] * group.length)  # (G·L, h·d)
-    else:
-        picked = rows.index_select(0, group.index)  # (G·L, h·d)
-    return picked.view(-1, group.length, h, d).transpose(1, 2)  # (G, h, L, d)
-
-
-def rows_from_documents(ys: list[torch.Tensor], plan: Documents, b: int, n: int) -> torch.Tensor:
-    """Every group's (G, L, f) outputs -> (b, n, f): each token's row from its slot."""
-    rows = [y.reshape(-1, y.shape[-1]) for y in ys]  # (G·L, f) each
-    rows = rows[0] if len(rows) == 1 else torch.cat(rows)  # (Σ G·L, f)
-    if plan.in_order:  # the groups' rows are the tokens in order
-        return rows.view(b, n, -1)  # (b, n, f)
-    return rows.index_select(0, plan.slots).view(b, n, -1)  # (b, n, f)
-
-
-def from_documents(ys: list[torch.Tensor], plan: Documents, b: int, n: int) -> torch.Tensor:
-    """Every group's (G, h, L, dv) outputs -> (b, h, n, dv) (head views of (b, n, h, dv))."""
-    h, dv = ys[0].shape[1], ys[0].shape[3]
-    merged = rows_from_documents([y.transpose(1, 2).flatten(2) for y in ys], plan, b, n)  # (b, n, h·dv)
-    return merged.view(b, n, h, dv).transpose(1, 2)  # (b, h, n, dv)
-
-
-def run_packed(
-    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None,
-    cu_seqlens: torch.Tensor,
-    max_seqlen: int | None = None,
-) -> torch.Tensor:
-    """``attend(q, k, v, mask)`` on every document as a sample of its own: q, k (b, h, n, d), v (b, h, n, dv)
-    -> (b, h, n, dv), each document's rows exactly what ``attend`` gives it alone."""
-    b, _, n, _ = q.shape
-    plan = packed_plan(cu_seqlens, mask, b, n, q.device, max_seqlen=max_seqlen)
-    outs = [
-        attend(to_documents(q, g), to_documents(k, g), to_documents(v, g), g.mask)  # (G, h, L, dv)
-        for g in plan.groups
-    ]
-    return from_documents(outs, plan, b, n)
