@@ -120,20 +120,6 @@ def test_dropout_keep_rate_scale_and_gradient():
     assert mod(x) is x and isinstance(mod, nn.Dropout)
 
 
-def test_dropout_mask_takes_two_uniform_elements_from_each_draw():
-    # One 31-bit draw serves two elements, 15 bits each: both halves (even and odd elements) keep at the
-    # same rate, and p is honoured to 2^-15.
-    torch.manual_seed(0)
-    x = torch.ones(1000, 1000)
-    for p in (0.1, 0.5, 0.9):
-        kept = (dropout(x, p, True) != 0).double().flatten()
-        for half in (kept[0::2], kept[1::2]):
-            assert abs(half.mean().item() - (1 - p)) < 3e-3  # 5e5 draws each: sd <= 7e-4
-    assert not bool(dropout(x, 1e-6, True).eq(0).any())  # below 2^-16: rounds to no drop
-    y = dropout(x.to(torch.bfloat16), 0.5, True)
-    assert y.dtype == torch.bfloat16 and set(y.unique().tolist()) == {0.0, 2.0}
-
-
 def test_large_buffers_are_hinted_to_huge_pages():
     import sys
 
