@@ -4,7 +4,8 @@ Legend: b batch, h heads, n tokens, m landmarks, d head dim.
 
 The pseudo-inverse is the one exception: its iterations are the op's own plain reference
 (:func:`nystrom.ops.pinv.naive.reference_pinv`, one matrix at a time here, so Z₀ is per matrix), which
-every implementation of the op is tested against.
+every implementation of the op is tested against. :class:`DispatchedOps` records which aten ops a path
+runs, for tests of how (not only what) it computes.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from nystrom.ops.pinv.naive import reference_pinv
 
@@ -88,3 +90,19 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def right_pad_mask(lengths, n):
     """bool (b, n): True for the first lengths[i] tokens."""
     return torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
+
+
+class DispatchedOps(TorchDispatchMode):
+    """Records every aten op run inside it, as (name, args): which ops a path takes, and on what."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    @property
+    def names(self):
+        return [name for name, _ in self.calls]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append((func.overloadpacket.__name__, args))
+        return func(*args, **(kwargs or {}))

@@ -17,7 +17,7 @@ from nystrom.ops.nystrom import cpu_kernels as kernels
 from nystrom.ops.nystrom.naive import nystrom_attention_materialized
 from nystrom.ops.pinv.naive import reference_pinv
 
-from oracle import landmarks_oracle, nystrom_oracle, rel_err, right_pad_mask, softmax_oracle
+from oracle import DispatchedOps, landmarks_oracle, nystrom_oracle, rel_err, right_pad_mask, softmax_oracle
 
 
 def qkv(b=2, h=3, n=40, d=8, dtype=torch.float64, dv=None):
@@ -65,24 +65,14 @@ def test_segment_means_of_head_views_sums_contiguous_rows():
     # Head views of a joint (b, n, 3, h, d) projection are strided rows; index_add_ on a strided source
     # falls back to a scatter_add_ over an expanded index, 3x slower on the CPU. The sums must get a
     # contiguous source, and the means must not change.
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Sources(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.contiguous = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func.overloadpacket in (torch.ops.aten.index_add_, torch.ops.aten.index_add):
-                self.contiguous.append(args[3].is_contiguous())
-            return func(*args, **(kwargs or {}))
-
     joint = torch.randn(2, 23, 3, 4, 5, dtype=torch.float64)  # (b, n, 3, h, d)
     x = joint[:, :, 1].transpose(1, 2)  # (b, h, n, d) head view, not contiguous
     mask = right_pad_mask([23, 17], 23)
-    with Sources() as seen:
+    with DispatchedOps() as seen:
         lm, valid = segment_means(x, 6, mask)
-    assert seen.contiguous == [True]
+    assert [args[3].is_contiguous() for name, args in seen.calls if name in ("index_add", "index_add_")] == [
+        True
+    ]
     for i, (ref, idx) in enumerate(landmarks_oracle(x, 6, mask)):
         torch.testing.assert_close(lm[i][:, idx], ref, rtol=1e-12, atol=1e-12)
 

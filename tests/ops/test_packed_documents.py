@@ -28,7 +28,7 @@ from nystrom.ops.plan import (
 from nystrom.ops.softmax import softmax_attention
 from nystrom.utils.device import force_accelerator_path
 
-from oracle import rel_err
+from oracle import DispatchedOps, rel_err
 
 #: relative error allowed, packed against separate: outputs, gradients
 TOLERANCE = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-5, 1e-4)}
@@ -344,17 +344,6 @@ def test_like_lengths_group_documents_on_the_cpu():
 def test_groups_in_order_are_split_once_and_their_gradient_is_one_cat():
     """Slices of the row in order are one split: the backward concatenates the groups' gradients instead of
     zero-filling all N rows once per group (a narrow's backward), and gives the same values."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
     cu = _offsets([600, 300, 300])  # unlike lengths (beyond GROUP_SLACK): two groups
     x = torch.randn(1, 3, 1200, 4, dtype=torch.float64, requires_grad=True)
     plan = documents.packed_plan(cu, None, 1, 1200, x.device)
@@ -366,7 +355,7 @@ def test_groups_in_order_are_split_once_and_their_gradient_is_one_cat():
     for part, group in zip(parts, plan.groups):
         assert torch.equal(part, to_documents(x, group))  # (G, h, L, d)
     weights = [torch.randn_like(p) for p in parts]
-    with Ops() as seen:
+    with DispatchedOps() as seen:
         (gx,) = torch.autograd.grad(sum((p * w).sum() for p, w in zip(parts, weights)), x)
     assert "slice_backward" not in seen.names and "fill_" not in seen.names, seen.names
     (ref,) = torch.autograd.grad(sum((to_documents(x, g) * w).sum() for g, w in zip(plan.groups, weights)), x)

@@ -9,8 +9,8 @@ of the flattened batch. Every row starts a document (none runs from one row into
 per-call forms (``cu_seq_lens_q``/``cu_seq_lens_k``, ``seq_idx``, position ids restarting at each document)
 become it in one place, :mod:`nystrom.ops.plan.forms`.
 
-How a packed call runs on the PyTorch paths (:func:`~nystrom.ops.plan.rows.run_packed`): the documents become a batch of their
-own, (D, L) with a padding mask, and the very same attention runs on it. Padding is exact on every path
+How a packed call runs on the PyTorch paths (:func:`~nystrom.ops.plan.rows.run_packed`): the documents
+become a batch of their own, (D, L) with a padding mask, and the very same attention runs on it. Padding is exact on every path
 (the CPU kernels, the accelerator path, the traceable path), so every document gets what it gets alone,
 with its own landmarks by the same segment rule. The cost: two row gathers, D·L instead of N token rows
 inside the attention (equal when the documents are of one length), and what "its own landmarks" means for

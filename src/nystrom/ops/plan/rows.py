@@ -32,7 +32,7 @@ def split_documents(x: torch.Tensor, plan: Documents) -> list[torch.Tensor]:
     """(b, h, n, d) -> every group's (G, h, L, d), as :func:`to_documents` gives each. When the groups are
     the rows' slices in order this is one split: its backward is one cat, where a slice per group would
     zero-fill all N rows of the gradient once per group (measured: 4.4 of 20 ms extra at 4K, 2 documents)."""
-    if not plan.in_order or len(plan.groups) == 1:
+    if not plan.in_order:
         return [to_documents(x, g) for g in plan.groups]
     b, h, n, d = x.shape
     rows = x.transpose(1, 2).reshape(b * n, h * d)  # (N, h·d)
