@@ -1,7 +1,7 @@
 """Export to ONNX (nystrom.convert.export_onnx and `nystrom convert onnx`): each model is traced once at
 length 16 (module-scoped fixtures), then ONNX Runtime runs it at other lengths (5 and 33 below and above the
-8 landmarks, 70) and batch sizes (1 and 3, rows right-padded) and must give the eager model's outputs on the
-real tokens (float32, 1e-5)."""
+8 landmarks, 70) and batch sizes (1 and 3, rows right-padded; 2, every token real: the graph's unpadded
+branch) and must give the eager model's outputs on the real tokens (float32, 1e-5)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ from nystrom_lab.cli import main as cli_main  # noqa: E402
 transformers.logging.set_verbosity_error()
 
 NYSTROM = {"name": "nystrom", "num_landmarks": 8, "conv_kernel_size": 3}
-SHAPES = [(1, 5), (3, 5), (1, 33), (3, 33), (1, 70), (3, 70)]  # (batch, tokens)
+#: the classifier (1 layer): per branch of the If, 3 linear layers and the 2 of the head as Gemms, q/k/v as MatMuls
+QUANTIZED_GEMMS, QUANTIZED_MATMULS = 2 * (3 + 2), 2 * 3
+SHAPES = [(1, 5), (3, 5), (2, 5), (1, 33), (3, 33), (1, 70), (3, 70), (2, 70)]  # (batch, tokens)
 
 
 def tiny(layers: int = 1, **overrides) -> NystromformerConfig:
@@ -44,12 +46,14 @@ def tiny(layers: int = 1, **overrides) -> NystromformerConfig:
 
 
 def feed(b: int, n: int, *, vocab: int, types: bool, choices: int | None = None) -> dict[str, torch.Tensor]:
-    """Random inputs, rows right-padded to n, 2n/3, n/3 real tokens (batch 1: n − 2)."""
+    """Random inputs, rows right-padded to n, 2n/3, n/3 real tokens (batch 1: n − 2; batch 2: every token
+    real)."""
     gen = torch.Generator().manual_seed(b * 1000 + n)
     shape = (b, n) if choices is None else (b, choices, n)
     ids = torch.randint(0, vocab, shape, generator=gen)
     mask = torch.zeros(shape, dtype=torch.long)
-    for row, real in enumerate([max(1, n - 2)] if b == 1 else [n, max(1, 2 * n // 3), max(1, n // 3)]):
+    reals = {1: [max(1, n - 2)], 2: [n, n]}.get(b, [n, max(1, 2 * n // 3), max(1, n // 3)])
+    for row, real in enumerate(reals):
         mask[row, ..., :real] = 1
     out = {"input_ids": ids, "attention_mask": mask}
     if types:
@@ -74,6 +78,28 @@ def assert_matches(onnx_path, model, shapes=SHAPES, choices: int | None = None) 
             torch.testing.assert_close(
                 have, ref, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name} at {(b, n)}: {m}"
             )
+
+
+def branches(onnx_path) -> dict[str, list[str]]:
+    """The operator types of the graph's If on "every token real": ``then_branch`` (no padding) and
+    ``else_branch`` (masked); and ``main`` (the graph around it)."""
+    import onnx
+
+    graph = onnx.load(str(onnx_path)).graph
+    (node,) = [n for n in graph.node if n.op_type == "If"]
+    return {"main": [n.op_type for n in graph.node]} | {a.name: [n.op_type for n in a.g.node] for a in node.attribute}
+
+
+def all_ops(onnx_path) -> list[str]:
+    """The operator types of the graph and of every subgraph in it."""
+    import onnx
+
+    def walk(graph) -> list[str]:
+        return [n.op_type for n in graph.node] + [
+            op for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH for op in walk(a.g)
+        ]
+
+    return walk(onnx.load(str(onnx_path)).graph)
 
 
 def io_of(onnx_path) -> tuple[dict[str, list], dict[str, list]]:
@@ -145,14 +171,34 @@ def test_base_model_graph_has_the_operators_onnx_runtime_runs_well(base):
     multiply-adds), the masked softmaxes carry no NaN-row Where (3 Softmax per layer: F, A and B), and the
     5 LayerNorms (embeddings, 2 per layer) are written out with a Pow, not ORT's slower LayerNormalization;
     the linear layers on (b, n, e) rows (3 per layer) and the pooler are Gemms with their bias inside, not
-    MatMul then Add."""
+    MatMul then Add. All of it twice, in the two branches of an If on "every token real", of which the
+    unpadded one has none of the mask's Where (2 per layer: padded hidden states and values) nor its biases."""
+    _, path = base
+    graph = branches(path)
+    assert "Gemm" not in graph["main"] and graph["main"].count("If") == 1
+    for ops in (graph["then_branch"], graph["else_branch"]):
+        assert (ops.count("Conv"), ops.count("Softmax"), ops.count("IsNaN")) == (2, 6, 0)
+        assert (ops.count("LayerNormalization"), ops.count("Pow")) == (0, 5)
+        assert ops.count("Gemm") == 2 * 3 + 1
+    # 3 Where more per layer in the masked branch: padded hidden states and values zeroed, the padded keys'
+    # score bias (both keep the landmarks' own, on (b, m) and (m, m) tensors)
+    assert (graph["then_branch"].count("Where"), graph["else_branch"].count("Where")) == (10, 16)
+    # each branch's Conv reads a weight of its own branch: ORT's NCHWc conv (5x faster) needs that
     import onnx
 
-    _, path = base
-    ops = [node.op_type for node in onnx.load(str(path)).graph.node]
-    assert (ops.count("Conv"), ops.count("Softmax"), ops.count("IsNaN")) == (2, 6, 0)
-    assert (ops.count("LayerNormalization"), ops.count("Pow")) == (0, 5)
-    assert ops.count("Gemm") == 2 * 3 + 1
+    (node,) = [n for n in onnx.load(str(path)).graph.node if n.op_type == "If"]
+    for branch in (a.g for a in node.attribute):
+        local = {t.name for t in branch.initializer}
+        assert [c.input[1] in local for c in branch.node if c.op_type == "Conv"] == [True, True]
+
+
+def test_export_without_the_unpadded_branch_is_the_masked_graph_alone(tmp_path):
+    torch.manual_seed(5)
+    model = NystromformerModel(tiny()).eval()
+    path = export_onnx(model, tmp_path, unpadded_branch=False, progress=False)
+    ops = all_ops(path)
+    assert "If" not in ops and ops.count("Softmax") == 3
+    assert_matches(path, model)
 
 
 def test_masked_lm_from_a_folder_keeps_its_tokenizer_beside(mlm_folder):
@@ -177,15 +223,14 @@ def test_sequence_classification_logits_equal_eager(classifier):
 def test_int8_dynamic_quantization_keeps_the_classifier_close(classifier, tmp_path):
     """quantize_onnx: the MatMul weights in int8 (Optimum's file name beside model.onnx); the logits move by
     the quantization's error, not more (random tiny model: within 5 % of the logits' range)."""
-    import onnx
-
     from nystrom.convert import quantize_onnx
 
     model, path = classifier
     q = quantize_onnx(path.parent, out_path=tmp_path / "model_quantized.onnx")
-    ops = [node.op_type for node in onnx.load(str(q)).graph.node]
-    float_matmuls = [node for node in onnx.load(str(path)).graph.node if node.op_type == "MatMul"]
-    assert ops.count("MatMulInteger") > 0 and ops.count("MatMul") < len(float_matmuls)
+    ops, float_ops = all_ops(q), all_ops(path)  # the If's branches quantized too
+    # every linear layer is quantized, the Gemms (out, FFN, pooler/classifier: written as MatMul first) too
+    assert "Gemm" not in ops and float_ops.count("Gemm") == QUANTIZED_GEMMS
+    assert ops.count("MatMulInteger") == QUANTIZED_GEMMS + QUANTIZED_MATMULS
     session = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"])
     x = feed(3, 33, vocab=60, types=True)
     with torch.no_grad():
@@ -228,7 +273,10 @@ def test_bert_with_nystrom_attention_equals_eager(tmp_path):
     model = transformers.BertModel._from_config(cfg, attn_implementation="nystrom").eval()
     path = export_onnx(model, tmp_path, progress=False)
     assert set(io_of(path)[1]) == {"last_hidden_state", "pooler_output"}
+    assert "If" not in all_ops(path)  # transformers' forward does not trace inside torch.cond: no branch
     assert_matches(path, model)
+    with pytest.raises(RuntimeError, match="could not trace BertModel.*unpadded_branch=False"):
+        export_onnx(model, tmp_path / "branch", unpadded_branch=True, progress=False)
 
 
 @pytest.mark.slow

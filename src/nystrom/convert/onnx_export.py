@@ -5,9 +5,8 @@ Legend: b batch, r choices (multiple choice), n tokens, e hidden size, v vocabul
 The model is traced by ``torch.export`` with the batch and the length dynamic (``torch.export.Dim.DYNAMIC``:
 the trace fails rather than keep the example's size), then translated by ``torch.onnx`` (onnxscript) and
 optimised. Under ``torch.export`` ``torch.compiler.is_compiling()`` is True, so Nyström attention takes its
-traceable path (:mod:`nystrom.ops.nystrom.traceable`: segment means, the pseudo-inverse iterations and two
-masked SDPA calls; the conv skip as shifted multiply-adds) and the checks that read tensor values (ids in the
-vocabulary, NaN, empty rows) are skipped in the graph.
+traceable path (:mod:`nystrom.ops.nystrom.traceable`) and the checks that read tensor values are skipped.
+Models of ours branch on "every token real" (:mod:`~nystrom.convert.onnx_graph`).
 
 The folder is Optimum's layout: ``model.onnx`` (weights beside it as ``model.onnx_data`` above 2 GB),
 ``config.json`` and the tokenizer files, so ``optimum.onnxruntime.ORTModelFor*.from_pretrained(out_dir)``
@@ -41,6 +40,7 @@ import torch
 from torch import nn
 
 from nystrom.convert import onnx_io
+from nystrom.convert.onnx_graph import ExportedForward, copy_conv_weights_into_branches
 from nystrom.model.configuration_nystromformer import MODEL_TYPE
 
 #: attention variants of ours that do not export with a dynamic length, and why
@@ -54,26 +54,6 @@ TRACEABLE_ATTN = ("nystrom", "sdpa", "eager")
 DEFAULT_EXAMPLE_LENGTH = 16
 #: the shortest example: batch 2 and 3 choices must not equal the length (the trace would tie them)
 MIN_EXAMPLE_LENGTH = 4
-
-
-class _Graph(nn.Module):
-    """The model with a fixed tuple of outputs: (input_ids, attention_mask[, token_type_ids]), each (b, n)
-    or (b, r, n) -> the output fields named in ``outputs``, in that order."""
-
-    def __init__(self, model: nn.Module, outputs: list[str]) -> None:
-        super().__init__()
-        self.model = model
-        self.outputs = outputs
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        token_type_ids: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, ...]:
-        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **extra)
-        return tuple(out[name] for name in self.outputs)
 
 
 def example_length_for(model: nn.Module) -> int:
@@ -149,6 +129,7 @@ def export_onnx(
     example_length: int | None = None,
     tokenizer: Any = None,
     verify: bool = True,
+    unpadded_branch: bool | None = None,
     progress: bool = True,
 ) -> Path:
     """Export a text encoder to ``out_dir/model.onnx`` (+ ``config.json`` and the tokenizer), Optimum's layout.
@@ -171,6 +152,12 @@ def export_onnx(
             folder (a note is printed when there is none).
         verify: run the file in ONNX Runtime against the eager model at two other lengths (batch 3, padded
             rows) and raise RuntimeError if they differ by more than 1e-4 relative (float32).
+        unpadded_branch: compute the outputs under an ONNX ``If`` on "every token real", whose unpadded
+            subgraph is the model without a mask, as the eager model runs an all-True mask
+            (:mod:`~nystrom.convert.onnx_graph`: 3-16 % of ORT's time). False: the masked graph alone (a
+            smaller file, an export about three times as fast). None: True for models of ours, False for
+            transformers' models, whose forward (transformers 5's output capturing) TorchDynamo cannot trace
+            inside ``torch.cond``; True for one of those raises RuntimeError.
         progress: print each step to stderr.
 
     Graph: inputs ``input_ids``, ``attention_mask`` (1 = real token) and ``token_type_ids`` where the model
@@ -202,6 +189,10 @@ def export_onnx(
         name_or_path = Path(str(getattr(model.config, "_name_or_path", "") or ""))
         source = name_or_path if str(name_or_path) and (name_or_path / "config.json").is_file() else None
     check_exportable(model)
+    if unpadded_branch is None:
+        unpadded_branch = model.config.model_type == MODEL_TYPE
+        if not unpadded_branch:
+            _say(progress, "no branch on every token real: transformers' forward does not trace inside torch.cond")
     need = example_length_for(model)
     if example_length is None:
         example_length = max(DEFAULT_EXAMPLE_LENGTH, need)
@@ -225,10 +216,14 @@ def export_onnx(
         example = onnx_io.example_inputs(model, names, batch=2, length=example_length, seed=0)
         with torch.no_grad():
             out = model(**example, return_dict=True)
+            if unpadded_branch:  # the unpadded path's first call fills its caches outside the trace too
+                model(**{**example, "attention_mask": None}, return_dict=True)
         outputs = [
             k for k, v in out.items() if k not in onnx_io.SKIPPED_OUTPUTS and isinstance(v, torch.Tensor)
         ]
-        _trace_and_save(model, example, outputs, path, opset=opset, progress=progress)
+        _trace_and_save(
+            model, example, outputs, path, opset=opset, unpadded_branch=unpadded_branch, progress=progress
+        )
         _say(progress, "checking the file (onnx.checker, full check)")
         onnx.checker.check_model(str(path), full_check=True)
         if verify:
@@ -239,7 +234,8 @@ def export_onnx(
             worst = onnx_io.verify_with_ort(path, model, names, outputs, lengths=lengths)
             _say(
                 progress,
-                f"ONNX Runtime = eager at lengths {lengths}, batch 3 (largest relative difference {worst:.1e})",
+                f"ONNX Runtime = eager at lengths {lengths}, batch 3 padded, and at {lengths[0]}, batch 2 unpadded "
+                f"(largest relative difference {worst:.1e})",
             )
     finally:
         model.train(was_training)
@@ -253,7 +249,7 @@ def export_onnx(
 
 def _trace_and_save(
     model: nn.Module, example: dict[str, torch.Tensor], outputs: list[str], path: Path, *, opset: int | None,
-    progress: bool,
+    unpadded_branch: bool, progress: bool,
 ) -> None:  # fmt: skip
     """torch.export with dynamic batch and length, torch.onnx, the axes named as Optimum names them, saved."""
     axes = (
@@ -263,10 +259,11 @@ def _trace_and_save(
     )
     dims = dict.fromkeys(range(len(axes)), torch.export.Dim.DYNAMIC)
     t0 = time.perf_counter()
-    _say(progress, f"tracing {type(model).__name__} with torch.export (dynamic {', '.join(axes)})")
+    branch = ", branching on every token real" if unpadded_branch else ""
+    _say(progress, f"tracing {type(model).__name__} with torch.export (dynamic {', '.join(axes)}{branch})")
     try:
         program = torch.export.export(
-            _Graph(model, outputs),
+            ExportedForward(model, outputs, unpadded_branch=unpadded_branch),
             (),
             kwargs=example,
             dynamic_shapes={k: dims for k in example},
@@ -278,6 +275,12 @@ def _trace_and_save(
             f"torch.export could not trace {type(model).__name__} with a dynamic batch and length: {first} "
             "(a Python branch or int() on a shape or value in the model's forward). The models of ours and BERT "
             "with attn_implementation='nystrom' export; report anything else with its config.json"
+            + (
+                ". The branch on every token real traces the forward with torch.cond (TorchDynamo): "
+                "unpadded_branch=False (--no-unpadded-branch) traces without it"
+                if unpadded_branch
+                else ""
+            )
         ) from err
     _say(progress, f"traced in {time.perf_counter() - t0:.1f} s; translating to ONNX and optimising")
     with _quiet_registry():
@@ -292,4 +295,6 @@ def _trace_and_save(
                 rename[dim.value] = axis
     onnx_program.rename_axes(rename)
     onnx_program.save(str(path))
+    if unpadded_branch:
+        copy_conv_weights_into_branches(path)
     _say(progress, f"{path.name} written in {time.perf_counter() - t0:.1f} s")

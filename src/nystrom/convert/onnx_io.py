@@ -122,16 +122,17 @@ def max_tokens(model: nn.Module) -> int | None:
 
 
 def example_inputs(
-    model: nn.Module, names: list[str], *, batch: int, length: int, seed: int
+    model: nn.Module, names: list[str], *, batch: int, length: int, seed: int, padded: bool = True
 ) -> dict[str, torch.Tensor]:
     """Random inputs (b, n) (or (b, 3, n) for multiple choice) on the model's device: ids in the vocabulary,
-    every row after the first right-padded to a shorter length (1 = real token), random token types."""
+    every row after the first right-padded to a shorter length (1 = real token; ``padded=False``: every
+    token real), random token types."""
     gen = torch.Generator().manual_seed(seed)
     shape = (batch, 3, length) if choices(model) else (batch, length)
     vocab = int(model.config.vocab_size)
     out = {"input_ids": torch.randint(0, vocab, shape, generator=gen)}
     mask = torch.ones(shape, dtype=torch.long)
-    for row in range(1, batch):
+    for row in range(1, batch if padded else 1):
         mask[row, ..., max(1, length - row * length // (batch + 1)) :] = 0
     out["attention_mask"] = mask
     if "token_type_ids" in names:
@@ -185,16 +186,18 @@ def real_tokens(value: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def verify_with_ort(
     path: Path, model: nn.Module, names: list[str], outputs: list[str], *, lengths: list[int]
 ) -> float:
-    """Run ``path`` in ONNX Runtime (CPU) at batch 3 and each of ``lengths`` (padded rows) against the eager
-    model; the largest difference on real tokens relative to (1 + the largest eager magnitude). Raises
-    RuntimeError above 1e-4 (float32; 2e-2 in half precision)."""
+    """Run ``path`` in ONNX Runtime (CPU) at batch 3 and each of ``lengths`` (padded rows), and at batch 2 and
+    the first length with every token real (the graph's unpadded branch), against the eager model; the largest
+    difference on real tokens relative to (1 + the largest eager magnitude). Raises RuntimeError above 1e-4
+    (float32; 2e-2 in half precision)."""
     (ort,) = require("onnxruntime")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     dtype = next(model.parameters()).dtype
     tol = 1e-4 if dtype in (torch.float32, torch.float64) else 2e-2
     worst = 0.0
-    for length in lengths:
-        feed = example_inputs(model, names, batch=3, length=length, seed=length)
+    cases = [(3, length, True) for length in lengths] + [(2, lengths[0], False)]
+    for batch, length, padded in cases:
+        feed = example_inputs(model, names, batch=batch, length=length, seed=length, padded=padded)
         with torch.no_grad():
             ref = model(**feed, return_dict=True)
         got = session.run(outputs, {k: v.cpu().numpy() for k, v in feed.items()})
@@ -205,9 +208,10 @@ def verify_with_ort(
             err = float((have - want).abs().max()) / (1.0 + float(want.abs().max()))
             worst = max(worst, err)
             if not err <= tol:  # NaN fails too
+                case = f"batch {batch}, length {length}" + ("" if padded else ", no padding")
                 raise RuntimeError(
                     f"{path}: ONNX Runtime's {name} differs from the eager model's by {err:.2e} (relative, "
-                    f"tolerance {tol:.0e}) at batch 3, length {length}: the trace kept something of the example "
+                    f"tolerance {tol:.0e}) at {case}: the trace kept something of the example "
                     "input's shape. Report it with the model's config.json; export_onnx(..., verify=False) "
                     "skips this check"
                 )

@@ -29,6 +29,10 @@ from nystrom_lab.bench.record import command_line, write_record
 TOP_NODES = 12
 
 
+#: operators whose kernel time is their subgraphs' (the export's If on "every token real"), left out of the sums
+CONTROL_FLOW = ("If", "Loop", "Scan")
+
+
 def vocab_size(path: Path) -> int:
     """The vocabulary of the model at ``path``, from the config.json that export_onnx writes beside it."""
     config = path.parent / "config.json"
@@ -62,7 +66,9 @@ def profile(path: Path, *, tokens: int, batch: int, calls: int, threads: int, se
     by_node: collections.Counter = collections.Counter()
     shapes = {}
     for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+        # a control-flow node's time holds its subgraph's nodes, which the profiler records too: not twice
+        node = e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
+        if node and e["args"]["op_name"] not in CONTROL_FLOW:
             by_type[e["args"]["op_name"]] += e["dur"]
             by_node[e["name"]] += e["dur"]
             shapes[e["name"]] = (e["args"].get("input_type_shape"), e["args"].get("output_type_shape"))

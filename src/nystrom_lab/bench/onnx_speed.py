@@ -12,7 +12,9 @@ optimisations and as many intra-op threads as torch uses (no tuning). Every row 
 
 Interleaved rounds: each round runs every case once in each engine, the engines' order alternating round by
 round, so a slow spell of the shared machine hits both alike; a case's time is its median over rounds and
-"ORT / eager" the median of the per-round ratios. ``--budget-s`` stops a case's rounds early once its own
+"ORT / eager" the median of the per-round ratios. ``--masked-only`` also exports the graph without the
+branch on every token real (:mod:`nystrom.convert.onnx_graph`) and times it in the same rounds: "ORT /
+masked-only" is what the branch buys on these unpadded inputs. ``--budget-s`` stops a case's rounds early once its own
 timed calls have taken that long (at least one round). The outputs of the two engines are compared once per case (largest absolute difference of
 ``last_hidden_state``). Writes OUT/onnx_speed.json (machine, versions, settings, every time) and
 OUT/onnx_speed.md (the table, also printed).
@@ -62,12 +64,13 @@ def time_rounds(
     engines: dict[str, Callable[[tuple[int, int]], object]], cases: list[tuple[int, int]], times: dict, *,
     rounds: int, budget_s: float, clock: Callable[[], float] = time.perf_counter,
 ) -> None:  # fmt: skip
-    """Interleaved rounds of every case in every engine (their order alternating round by round), each
+    """Interleaved rounds of every case in every engine (their order reversed every other round), each
     call's seconds appended to ``times[case][engine]``; a case stops once its own timed calls have taken
     ``budget_s`` (at least one round)."""
     spent = dict.fromkeys(cases, 0.0)  # seconds of each case's own timed calls (not the other cases')
+    names = list(engines)
     for r in range(rounds):
-        order = ("eager", "ort") if r % 2 == 0 else ("ort", "eager")
+        order = names if r % 2 == 0 else names[::-1]
         for case in cases:
             if r > 0 and spent[case] > budget_s:
                 continue
@@ -76,18 +79,17 @@ def time_rounds(
                 engines[name](case)
                 times[case][name].append(clock() - t)
                 spent[case] += times[case][name][-1]
-            e, o = times[case]["eager"][-1], times[case]["ort"][-1]
-            print(
-                f"[onnx_speed] round {r + 1}/{rounds} n={case[0]} b={case[1]}: eager {1e3 * e:.1f} ms,"
-                f" ORT {1e3 * o:.1f} ms", file=sys.stderr, flush=True,
-            )  # fmt: skip
+            took = ", ".join(f"{name} {1e3 * times[case][name][-1]:.1f} ms" for name in names)
+            print(f"[onnx_speed] round {r + 1}/{rounds} n={case[0]} b={case[1]}: {took}", file=sys.stderr, flush=True)
 
 
 def run(
     *, lengths: list[int], batches: list[int], attention_spec: str, hidden: int, layers: int, heads: int,
-    ffn: int, rounds: int, warmup: int, budget_s: float, out: Path, command: str,
+    ffn: int, rounds: int, warmup: int, budget_s: float, out: Path, command: str, masked_only: bool = False,
 ) -> dict:  # fmt: skip
-    """Export, then time every (n, b) in both engines; the record written as JSON."""
+    """Export, then time every (n, b) in both engines; the record written as JSON. ``masked_only``: also
+    export without the branch on every token real (``unpadded_branch=False``) and time that graph in the
+    same rounds (engine ``ort_masked_only``)."""
     import onnxruntime as ort
     import torch
 
@@ -109,6 +111,10 @@ def run(
     opts.intra_op_num_threads = torch.get_num_threads()
     session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
     wanted = {i.name for i in session.get_inputs()}
+    sessions = {"ort": session}
+    if masked_only:
+        masked = export_onnx(model, out / "model-masked-only", unpadded_branch=False)
+        sessions["ort_masked_only"] = ort.InferenceSession(str(masked), opts, providers=["CPUExecutionProvider"])
     cases = [(n, b) for n in lengths for b in batches]
     feeds = {c: random_inputs(c[1], c[0], model.config.vocab_size, seed=i) for i, c in enumerate(cases)}
 
@@ -116,13 +122,16 @@ def run(
         with torch.inference_mode():
             return model(**feeds[case]).last_hidden_state
 
-    def onnx(case):
-        return session.run(
-            ["last_hidden_state"], {k: v.numpy() for k, v in feeds[case].items() if k in wanted}
-        )[0]
+    def in_ort(name):
+        def call(case):
+            feed = {k: v.numpy() for k, v in feeds[case].items() if k in wanted}
+            return sessions[name].run(["last_hidden_state"], feed)[0]
 
-    engines = {"eager": eager, "ort": onnx}
-    times: dict = {c: {"eager": [], "ort": []} for c in cases}
+        return call
+
+    onnx = in_ort("ort")
+    engines = {"eager": eager} | {name: in_ort(name) for name in sessions}
+    times: dict = {c: {name: [] for name in engines} for c in cases}
     diffs = {}
     for case in cases:  # warm-up calls, and the one comparison of the outputs
         print(f"[onnx_speed] warm-up n={case[0]} b={case[1]}", file=sys.stderr, flush=True)
@@ -140,6 +149,12 @@ def run(
             "ort_median_ms": 1e3 * statistics.median(t["ort"]), "ort_over_eager": statistics.median(ratios),
             "max_abs_diff": diffs[(n, b)],
         })  # fmt: skip
+        if masked_only:
+            rows[-1]["ort_masked_only_ms"] = [1e3 * x for x in t["ort_masked_only"]]
+            rows[-1]["ort_masked_only_median_ms"] = 1e3 * statistics.median(t["ort_masked_only"])
+            rows[-1]["ort_over_masked_only"] = statistics.median(
+                [o / x for o, x in zip(t["ort"], t["ort_masked_only"])]
+            )
     return {
         "command": command,
         "machine": environment(*PACKAGES),
@@ -171,13 +186,18 @@ def render(res: dict) -> str:
         f"onnxruntime {mach['onnxruntime']} ({res['ort_threads']} threads), onnx {mach['onnx']}, onnxscript "
         f"{mach['onnxscript']}. Median of {res['rounds']} interleaved rounds (fewer where a case ran out of budget).",
         "",
-        "| n | b | eager (ms) | ORT (ms) | ORT / eager | rounds | max abs diff |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    masked = "ort_over_masked_only" in res["rows"][0]
+    extra = " ORT masked-only graph (ms) | ORT / masked-only |" if masked else ""
+    lines += [
+        f"| n | b | eager (ms) | ORT (ms) | ORT / eager |{extra} rounds | max abs diff |",
+        "|---:|---:|---:|---:|---:|" + ("---:|---:|" if masked else "") + "---:|---:|",
     ]
     for r in res["rows"]:
+        cells = f" {r['ort_masked_only_median_ms']:.1f} | {r['ort_over_masked_only']:.2f} |" if masked else ""
         lines.append(
             f"| {r['tokens']} | {r['batch']} | {r['eager_median_ms']:.1f} | {r['ort_median_ms']:.1f} |"
-            f" {r['ort_over_eager']:.2f} | {r['rounds']} | {r['max_abs_diff']:.1e} |"
+            f" {r['ort_over_eager']:.2f} |{cells} {r['rounds']} | {r['max_abs_diff']:.1e} |"
         )
     lines += ["", f"Command: `{res['command']}`", ""]
     return "\n".join(lines)
@@ -204,13 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--budget-s", type=float, default=600.0, help="seconds per case after which its rounds stop"
     )
+    p.add_argument(
+        "--masked-only", action="store_true",
+        help="also export without the If on every token real (--no-unpadded-branch) and time that graph in the"
+        " same rounds: what the branch buys",
+    )  # fmt: skip
     p.add_argument("--out", type=output_dir, default="runs/bench/onnx", help="folder of onnx_speed.{json,md}")
     a = p.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     res = run(
         lengths=a.max_length, batches=a.batch_size, attention_spec=a.attention, hidden=a.hidden, layers=a.layers,
         heads=a.heads, ffn=a.ffn, rounds=a.rounds, warmup=a.warmup, budget_s=a.budget_s, out=a.out,
-        command=command_line("nystrom_lab.bench.onnx_speed", argv),
+        command=command_line("nystrom_lab.bench.onnx_speed", argv), masked_only=a.masked_only,
     )  # fmt: skip
     write_record(a.out, "onnx_speed", res, render(res))
     return 0

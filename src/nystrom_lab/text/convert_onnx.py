@@ -54,6 +54,7 @@ def cmd_convert_onnx(args: argparse.Namespace) -> int:
     path = export_onnx(
         folder, args.out, task=args.task, attn_implementation=args.attn_implementation, opset=args.opset,
         example_length=args.example_length, tokenizer=args.tokenizer, verify=not args.no_verify,
+        unpadded_branch=False if args.no_unpadded_branch else None,
     )  # fmt: skip
     import onnx
 
@@ -117,6 +118,12 @@ def register(kinds) -> None:
     k.add_argument(
         "--no-verify", action="store_true",
         help="skip the ONNX Runtime check against the eager model at two other lengths",
+    )  # fmt: skip
+    k.add_argument(
+        "--no-unpadded-branch", action="store_true",
+        help="export the masked graph alone, without the If on every token real whose branch runs unpadded"
+        " batches without the mask's work (a smaller file and a faster export; slower on unpadded inputs). The"
+        " If is exported for models of ours; transformers' models (BERT folders) never get it",
     )  # fmt: skip
     k.add_argument(
         "--quantize", action="store_true",

@@ -22,3 +22,12 @@ def test_a_case_s_round_budget_counts_only_its_own_calls():
                            clock=lambda: now[0])  # fmt: skip
     assert [len(times[c]["eager"]) for c in cases] == [1, 3]
     assert times[(512, 1)]["ort"] == pytest.approx([0.1, 0.1, 0.1])
+
+
+def test_engines_take_turns_in_reversed_order_every_other_round():
+    calls = []
+    engines = {name: (lambda case, name=name: calls.append(name)) for name in ("eager", "ort", "ort_masked_only")}
+    times = {(8, 1): {name: [] for name in engines}}
+    onnx_speed.time_rounds(engines, [(8, 1)], times, rounds=2, budget_s=60.0)
+    assert calls == ["eager", "ort", "ort_masked_only", "ort_masked_only", "ort", "eager"]
+    assert [len(t) for t in times[(8, 1)].values()] == [2, 2, 2]

@@ -84,12 +84,14 @@ def sliding_window_attention(
     v_w = _neighbour_blocks(blocks(v))  # (b, h, nb, t, dv)
 
     # key validity in padded coordinates: inside [0, n) and real
-    valid = torch.zeros(b, (nb + 2) * c, dtype=torch.bool, device=q.device)
-    valid[:, c : c + n] = True if mask is None else mask
-    valid = valid.unflatten(1, (nb + 2, c)).unsqueeze(-1)  # (b, nb + 2, c, 1)
-    valid = _neighbour_blocks(valid).squeeze(-1)  # (b, nb, t)
-    if mask is None:
-        valid = valid[:1]  # identical for every batch row
+    # (no slice assignment: under torch.cond, as the ONNX export traces the unpadded branch, it broke
+    # torch.onnx's decomposition with "Attempting to use FunctionalTensor on its own")
+    pos = torch.arange((nb + 2) * c, device=q.device)  # padded coordinates
+    valid = ((pos >= c) & (pos < c + n))[None]  # (1, (nb + 2) c): one row serves every batch row
+    if mask is not None:
+        valid = valid & torch.nn.functional.pad(mask, (c, pad + c))  # (b, (nb + 2) c)
+    valid = valid.unflatten(1, (nb + 2, c)).unsqueeze(-1)  # (b or 1, nb + 2, c, 1)
+    valid = _neighbour_blocks(valid).squeeze(-1)  # (b or 1, nb, t)
     pos_q = torch.arange(c, device=q.device)[:, None]  # (c, 1) query offset in its block
     pos_k = torch.arange(3 * c, device=q.device)[None, :] - c  # (1, t) key offset from the block start
     band = (pos_k - pos_q).abs() <= r  # (c, t)

@@ -69,7 +69,8 @@ def _segment_means(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Unchecked core of :func:`segment_means`; sums in ``acc_dtype``. Returns (b, h, m, d), (b, m)."""
     b, h, n, d = x.shape
-    if mask is None and n % m == 0:
+    if mask is None and n % m == 0 and not torch.compiler.is_exporting():
+        # (An exported graph keeps no Python branch on n: it takes the general path below for every n.)
         # The paper's contiguous segments: a free view and one reduction, no index traffic. Reducing in
         # token-major order reads whole (h·d) rows of a head view (measured 1.4x faster than head-major).
         tokens = x.transpose(1, 2).unflatten(1, (m, n // m))  # (b, m, l, h, d)
@@ -114,7 +115,8 @@ def averaging_weights(
     accelerator path: one GEMM per tensor for any mask, instead of a zeroed buffer, an index_add_ and a
     division; W is m·n floats per sample, computed once per forward (:func:`~nystrom.ops.plan.shared_plan`).
     """
-    if mask is None and n % m == 0:  # contiguous runs of n/m tokens: a banded W, no index arithmetic
+    exporting = torch.compiler.is_exporting()  # an exported graph keeps no Python branch on n
+    if mask is None and n % m == 0 and not exporting:  # contiguous runs of n/m tokens: a banded W, no index arithmetic
         seg = torch.arange(n, device=device) // (n // m)  # (n,)
         w = (seg == torch.arange(m, device=device)[:, None]).to(dtype).div_(n // m)  # (m, n)
         return w.expand(b, m, n), None
@@ -123,7 +125,7 @@ def averaging_weights(
         seg[:, None, :] == torch.arange(m, device=device)[None, :, None]
     )  # (b, m, n); padding (m) nowhere
     w = onehot.to(dtype) / counts.clamp(min=1).to(dtype)[:, :, None]  # (b, m, n)
-    return w, (None if mask is None and n >= m else counts > 0)
+    return w, (None if mask is None and n >= m and not exporting else counts > 0)
 
 
 @rejects_key_padding_mask

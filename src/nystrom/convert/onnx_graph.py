@@ -1,0 +1,125 @@
+"""The forward that :func:`~nystrom.convert.onnx_export.export_onnx` traces: the model with a fixed tuple of
+outputs, and (by default) a branch on "every token real".
+
+Legend: b batch, r choices (multiple choice), n tokens.
+
+Why the branch: with every token real, the eager model drops the all-True ``attention_mask`` after one
+check on the host (:func:`nystrom.utils.checks.check_mask`) and runs the unmasked path. A graph cannot read
+the mask's values while it is built, so without the branch ONNX Runtime computes every masked operation on
+every call: the ``Where`` that zeroes padded hidden states and values, and the key and landmark biases of
+the softmaxes (8 % of ORT's time at 4K tokens, batch 1). ``torch.cond`` on ``attention_mask.all()`` becomes
+an ONNX ``If`` whose two subgraphs share the weights (initializers of the main graph): the unpadded one is
+the model called without a mask, the other the model with it. ``If`` costs one reduction of the mask per
+call; the file grows by the second subgraph's nodes (not its weights) and the export takes about twice as
+long. Each branch's ``Conv`` gets its own copy of its small weight (:func:`copy_conv_weights_into_branches`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class ExportedForward(nn.Module):
+    """(input_ids, attention_mask[, token_type_ids]), each (b, n) or (b, r, n) -> the output fields named in
+    ``outputs``, in that order.
+
+    ``unpadded_branch``: the outputs come from an ``If`` on ``attention_mask.all()`` (see the module
+    docstring); False traces the masked model alone (one subgraph fewer, slower where no token is padded).
+    """
+
+    def __init__(self, model: nn.Module, outputs: list[str], *, unpadded_branch: bool) -> None:
+        super().__init__()
+        self.model = model
+        self.outputs = outputs
+        self.unpadded_branch = unpadded_branch
+
+    def run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, ...]:
+        """The model's outputs named in ``outputs``; ``attention_mask`` None = every token real."""
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **extra)
+        return tuple(out[name] for name in self.outputs)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        if not self.unpadded_branch:
+            return self.run(input_ids, attention_mask, token_type_ids)
+        # torch.cond's operands are tensors: the optional token types choose the branches' signature
+        if token_type_ids is None:
+            operands: tuple[torch.Tensor, ...] = (input_ids, attention_mask)
+
+            def unpadded(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                return self.run(ids, None, None)
+
+            def padded(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+                return self.run(ids, mask, None)
+        else:
+            operands = (input_ids, attention_mask, token_type_ids)
+
+            def unpadded(
+                ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
+            ) -> tuple[torch.Tensor, ...]:
+                return self.run(ids, None, types)
+
+            def padded(
+                ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
+            ) -> tuple[torch.Tensor, ...]:
+                return self.run(ids, mask, types)
+
+        every_token_real = attention_mask.bool().all()  # () bool
+        return tuple(torch.cond(every_token_real, _own(unpadded), _own(padded), operands))
+
+
+def _own(branch: Callable[..., tuple[torch.Tensor, ...]]) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """``branch`` with each output a tensor of its own: torch.cond refuses outputs that alias each other
+    (question answering's start and end logits are two views of one tensor). Exported as ``Identity``."""
+
+    def owned(*operands: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(t.clone() for t in branch(*operands))
+
+    return owned
+
+
+def copy_conv_weights_into_branches(path: str | Path) -> int:
+    """Give every ``Conv`` inside a subgraph (the ``If``'s branches) its own copy of the weight and bias it
+    reads from the main graph; the file rewritten in place. Returns the number of tensors copied.
+
+    Why: ONNX Runtime's NCHWc layout transformer, which runs the depthwise conv skip 5× faster, takes a
+    ``Conv`` only when its weight is an initializer of the conv's own graph, not of an enclosing one (the
+    skip was 105 vs 21 ms per call at 4K tokens, batch 1). The copies are small (h × K per layer).
+    """
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    outer = {t.name: t for t in model.graph.initializer}
+    copied = 0
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if attribute.type != onnx.AttributeProto.GRAPH:
+                continue
+            branch = attribute.g
+            for conv in (n for n in branch.node if n.op_type == "Conv"):
+                for i in range(1, len(conv.input)):  # weight, bias
+                    if conv.input[i] not in outer:
+                        continue
+                    local = onnx.TensorProto()
+                    local.CopyFrom(outer[conv.input[i]])
+                    local.name = f"{attribute.name}.{conv.name}.{conv.input[i]}"
+                    branch.initializer.append(local)
+                    conv.input[i] = local.name
+                    copied += 1
+    if copied:
+        onnx.save(model, str(path))
+    return copied
