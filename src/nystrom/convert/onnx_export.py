@@ -154,7 +154,7 @@ def export_onnx(
             rows) and raise RuntimeError if they differ by more than 1e-4 relative (float32).
         unpadded_branch: compute the outputs under an ONNX ``If`` on "every token real", whose unpadded
             subgraph is the model without a mask, as the eager model runs an all-True mask
-            (:mod:`~nystrom.convert.onnx_graph`: 3-16 % of ORT's time). False: the masked graph alone (a
+            (:mod:`~nystrom.convert.onnx_graph`: 1-16 % of ORT's time). False: the masked graph alone (a
             smaller file, an export about three times as fast). None: True for models of ours, False for
             transformers' models, whose forward (transformers 5's output capturing) TorchDynamo cannot trace
             inside ``torch.cond``; True for one of those raises RuntimeError.
