@@ -172,7 +172,7 @@ def test_base_model_graph_has_the_operators_onnx_runtime_runs_well(base):
     5 LayerNorms (embeddings, 2 per layer) are written out with a Pow, not ORT's slower LayerNormalization;
     the linear layers on (b, n, e) rows (3 per layer) and the pooler are Gemms with their bias inside, not
     MatMul then Add. All of it twice, in the two branches of an If on "every token real", of which the
-    unpadded one has none of the mask's Where (2 per layer: padded hidden states and values) nor its biases."""
+    unpadded one has none of the mask's Where (3 per layer: padded hidden states and values, the keys' bias)."""
     _, path = base
     graph = branches(path)
     assert "Gemm" not in graph["main"] and graph["main"].count("If") == 1

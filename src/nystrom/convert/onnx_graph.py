@@ -57,40 +57,24 @@ class ExportedForward(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         if not self.unpadded_branch:
             return self.run(input_ids, attention_mask, token_type_ids)
-        # torch.cond's operands are tensors: the optional token types choose the branches' signature
-        if token_type_ids is None:
-            operands: tuple[torch.Tensor, ...] = (input_ids, attention_mask)
-
-            def unpadded(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                return self.run(ids, None, None)
-
-            def padded(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-                return self.run(ids, mask, None)
-        else:
-            operands = (input_ids, attention_mask, token_type_ids)
-
-            def unpadded(
-                ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
-            ) -> tuple[torch.Tensor, ...]:
-                return self.run(ids, None, types)
-
-            def padded(
-                ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
-            ) -> tuple[torch.Tensor, ...]:
-                return self.run(ids, mask, types)
-
+        # torch.cond's operands are tensors: the token types are one more operand where the model takes them
+        types = () if token_type_ids is None else (token_type_ids,)
         every_token_real = attention_mask.bool().all()  # () bool
-        return tuple(torch.cond(every_token_real, _own(unpadded), _own(padded), operands))
+        operands = (input_ids, attention_mask, *types)
+        return tuple(
+            torch.cond(every_token_real, self._branch(masked=False), self._branch(masked=True), operands)
+        )
 
+    def _branch(self, *, masked: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
+        """One side of the ``If``: the model with the mask, or without it (every token real). Each output is
+        a tensor of its own: torch.cond refuses outputs that alias each other (question answering's start
+        and end logits are two views of one tensor); the copies export as ``Identity``."""
 
-def _own(branch: Callable[..., tuple[torch.Tensor, ...]]) -> Callable[..., tuple[torch.Tensor, ...]]:
-    """``branch`` with each output a tensor of its own: torch.cond refuses outputs that alias each other
-    (question answering's start and end logits are two views of one tensor). Exported as ``Identity``."""
+        def branch(ids: torch.Tensor, mask: torch.Tensor, *types: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            outs = self.run(ids, mask if masked else None, types[0] if types else None)
+            return tuple(t.clone() for t in outs)
 
-    def owned(*operands: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(t.clone() for t in branch(*operands))
-
-    return owned
+        return branch
 
 
 def copy_conv_weights_into_branches(path: str | Path) -> int:

@@ -76,9 +76,8 @@ def gemms_as_matmuls(model: Any) -> int:
     from onnx import helper, numpy_helper
 
     weights = {t.name: t for t in model.graph.initializer}
-    transposed: set[str] = (
-        set()
-    )  # weights replaced by their transpose (dropped below where nothing else reads them)
+    # weights replaced by their transpose (dropped below where nothing else reads them)
+    transposed: set[str] = set()
 
     def attrs(node) -> dict[str, Any]:
         return {a.name: helper.get_attribute_value(a) for a in node.attribute}

@@ -64,13 +64,19 @@ def landmark_assignment(
     return seg, counts[:, :m]
 
 
+def _runs_of(n: int, m: int, mask: torch.Tensor | None) -> bool:
+    """Whether the m segments are contiguous runs of n/m tokens, known from n alone (no mask, m divides n).
+    Never under ``torch.export``: an exported graph keeps no Python branch on n, so it takes the general
+    path, which gives the same segments, for every n."""
+    return mask is None and n % m == 0 and not torch.compiler.is_exporting()
+
+
 def _segment_means(
     x: torch.Tensor, m: int, mask: torch.Tensor | None, acc_dtype: torch.dtype, segments: str = "balanced"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Unchecked core of :func:`segment_means`; sums in ``acc_dtype``. Returns (b, h, m, d), (b, m)."""
     b, h, n, d = x.shape
-    if mask is None and n % m == 0 and not torch.compiler.is_exporting():
-        # (An exported graph keeps no Python branch on n: it takes the general path below for every n.)
+    if _runs_of(n, m, mask):
         # The paper's contiguous segments: a free view and one reduction, no index traffic. Reducing in
         # token-major order reads whole (h·d) rows of a head view (measured 1.4x faster than head-major).
         tokens = x.transpose(1, 2).unflatten(1, (m, n // m))  # (b, m, l, h, d)
@@ -115,8 +121,7 @@ def averaging_weights(
     accelerator path: one GEMM per tensor for any mask, instead of a zeroed buffer, an index_add_ and a
     division; W is m·n floats per sample, computed once per forward (:func:`~nystrom.ops.plan.shared_plan`).
     """
-    exporting = torch.compiler.is_exporting()  # an exported graph keeps no Python branch on n
-    if mask is None and n % m == 0 and not exporting:  # contiguous runs of n/m tokens: a banded W, no index arithmetic
+    if _runs_of(n, m, mask):  # contiguous runs of n/m tokens: a banded W, no index arithmetic
         seg = torch.arange(n, device=device) // (n // m)  # (n,)
         w = (seg == torch.arange(m, device=device)[:, None]).to(dtype).div_(n // m)  # (m, n)
         return w.expand(b, m, n), None
@@ -125,7 +130,8 @@ def averaging_weights(
         seg[:, None, :] == torch.arange(m, device=device)[None, :, None]
     )  # (b, m, n); padding (m) nowhere
     w = onehot.to(dtype) / counts.clamp(min=1).to(dtype)[:, :, None]  # (b, m, n)
-    return w, (None if mask is None and n >= m and not exporting else counts > 0)
+    every_used = mask is None and n >= m and not torch.compiler.is_exporting()  # known without values
+    return w, (None if every_used else counts > 0)
 
 
 @rejects_key_padding_mask

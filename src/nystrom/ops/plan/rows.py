@@ -16,11 +16,17 @@ import torch
 from nystrom.ops.plan.documents import Documents, Group, packed_plan
 
 
+def _token_rows(x: torch.Tensor) -> torch.Tensor:
+    """(b, h, n, d) -> its (N, h·d) token rows (a view for head views of a token-major projection)."""
+    b, h, n, d = x.shape
+    return x.transpose(1, 2).reshape(b * n, h * d)
+
+
 def to_documents(x: torch.Tensor, group: Group) -> torch.Tensor:
     """(b, h, n, d) -> (G, h, L, d): one gather of the (N, h·d) token rows (a view for head views of a
     token-major projection), returned as head views of the (G, L, h, d) rows."""
-    b, h, n, d = x.shape
-    rows = x.transpose(1, 2).reshape(b * n, h * d)  # (N, h·d)
+    h, d = x.shape[1], x.shape[3]
+    rows = _token_rows(x)  # (N, h·d)
     if group.start is not None:  # consecutive documents of length L: a slice, no copy
         picked = rows.narrow(0, group.start, group.mask.shape[0] * group.length)  # (G·L, h·d)
     else:
@@ -34,9 +40,8 @@ def split_documents(x: torch.Tensor, plan: Documents) -> list[torch.Tensor]:
     zero-fill all N rows of the gradient once per group (measured: 4.4 of 20 ms extra at 4K, 2 documents)."""
     if not plan.in_order:
         return [to_documents(x, g) for g in plan.groups]
-    b, h, n, d = x.shape
-    rows = x.transpose(1, 2).reshape(b * n, h * d)  # (N, h·d)
-    pieces = rows.split([g.mask.shape[0] * g.length for g in plan.groups])  # (G·L, h·d) each, in order
+    h, d = x.shape[1], x.shape[3]
+    pieces = _token_rows(x).split([g.mask.shape[0] * g.length for g in plan.groups])  # (G·L, h·d) each, in order
     return [p.view(-1, g.length, h, d).transpose(1, 2) for p, g in zip(pieces, plan.groups)]  # (G, h, L, d)
 
 
