@@ -103,6 +103,11 @@ def positive_float(text: str) -> float:
     return _float_where(text, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
 
 
+def non_negative_float(text: str) -> float:
+    """A finite float ≥ 0 (a pause that may be none)."""
+    return _float_where(text, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+
+
 def lr_scale_pair(text: str) -> tuple[str, float]:
     """``GLOB=FACTOR`` (``*lm_head*=10``): parameters whose name matches GLOB train at FACTOR × the rate."""
     glob, eq, factor = text.rpartition("=")

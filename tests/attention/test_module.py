@@ -119,3 +119,37 @@ def test_project_heads_matches_linear_then_split(bias, needs):
             assert a is None and c is None
         else:
             torch.testing.assert_close(a, c, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [NystromAttention, SoftmaxAttention])
+def test_exported_attention_leaves_out_the_key_bias_that_cancels(cls):
+    """k enters nystrom's and softmax's scores only through softmaxes over keys (or their means), where its
+    bias shifts a whole row and cancels: the exported module has one bias add fewer (q's and v's remain)
+    and the same outputs, with and without padding."""
+    from nystrom.layers.projection import project_heads
+
+    assert cls.key_bias_cancels
+    torch.manual_seed(0)
+    extra = {"num_landmarks": 4} if cls is NystromAttention else {}
+    mod = cls(24, heads=3, dim_head=8, **extra).double().eval()
+    with torch.no_grad():
+        mod.qkv.bias.normal_(0, 3.0)  # a large k bias: dropping it must still give the same scores
+    x = torch.randn(2, 13, 24, dtype=torch.float64)
+    mask = torch.arange(13)[None] < torch.tensor([[13], [7]])
+    for given in ({}, {"mask": mask}):
+        exported = torch.export.export(mod, (x,), given).module()
+        torch.testing.assert_close(exported(x, **given), mod(x, **given), rtol=1e-10, atol=1e-10)
+
+    class Projection(torch.nn.Module):
+        def __init__(self, cancels: bool) -> None:
+            super().__init__()
+            self.cancels = cancels
+
+        def forward(self, x, w, b):
+            return project_heads(x, w, b, 3, 8, key_bias_cancels=self.cancels)
+
+    adds = []
+    for cancels in (False, True):
+        graph = torch.export.export(Projection(cancels), (x, mod.qkv.weight, mod.qkv.bias)).graph
+        adds.append(sum(n.target == torch.ops.aten.add.Tensor for n in graph.nodes))
+    assert adds == [3, 2]

@@ -80,24 +80,28 @@ def assert_matches(onnx_path, model, shapes=SHAPES, choices: int | None = None) 
             )
 
 
+def walk(graph) -> list[str]:
+    """The operator types of an ONNX graph and of every subgraph in it (If branches, Scan bodies)."""
+    import onnx
+
+    return [n.op_type for n in graph.node] + [
+        op for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH for op in walk(a.g)
+    ]
+
+
 def branches(onnx_path) -> dict[str, list[str]]:
     """The operator types of the graph's If on "every token real": ``then_branch`` (no padding) and
-    ``else_branch`` (masked); and ``main`` (the graph around it)."""
+    ``else_branch`` (masked), each with its subgraphs; and ``main`` (the graph around it, without)."""
     import onnx
 
     graph = onnx.load(str(onnx_path)).graph
     (node,) = [n for n in graph.node if n.op_type == "If"]
-    return {"main": [n.op_type for n in graph.node]} | {a.name: [n.op_type for n in a.g.node] for a in node.attribute}
+    return {"main": [n.op_type for n in graph.node]} | {a.name: walk(a.g) for a in node.attribute}
 
 
 def all_ops(onnx_path) -> list[str]:
     """The operator types of the graph and of every subgraph in it."""
     import onnx
-
-    def walk(graph) -> list[str]:
-        return [n.op_type for n in graph.node] + [
-            op for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH for op in walk(a.g)
-        ]
 
     return walk(onnx.load(str(onnx_path)).graph)
 
@@ -171,18 +175,20 @@ def test_base_model_graph_has_the_operators_onnx_runtime_runs_well(base):
     multiply-adds), the masked softmaxes carry no NaN-row Where (3 Softmax per layer: F, A and B), and the
     5 LayerNorms (embeddings, 2 per layer) are written out with a Pow, not ORT's slower LayerNormalization;
     the linear layers on (b, n, e) rows (3 per layer) and the pooler are Gemms with their bias inside, not
-    MatMul then Add. All of it twice, in the two branches of an If on "every token real", of which the
-    unpadded one has none of the mask's Where (3 per layer: padded hidden states and values, the keys' bias)."""
+    MatMul then Add; each layer's FFN sub-layer runs its rows in blocks (one Scan). All of it twice, in the
+    two branches of an If on "every token real and n ≥ m", of which the unpadded one has none of the mask's
+    Where (3 per layer: padded hidden states and values, the keys' bias) nor the landmarks' validity (3 per
+    layer: F's bias, A's masked scores, A⁺'s identity block)."""
     _, path = base
     graph = branches(path)
     assert "Gemm" not in graph["main"] and graph["main"].count("If") == 1
     for ops in (graph["then_branch"], graph["else_branch"]):
         assert (ops.count("Conv"), ops.count("Softmax"), ops.count("IsNaN")) == (2, 6, 0)
         assert (ops.count("LayerNormalization"), ops.count("Pow")) == (0, 5)
-        assert ops.count("Gemm") == 2 * 3 + 1
-    # 3 Where more per layer in the masked branch: padded hidden states and values zeroed, the padded keys'
-    # score bias (both keep the landmarks' own, on (b, m) and (m, m) tensors)
-    assert (graph["then_branch"].count("Where"), graph["else_branch"].count("Where")) == (10, 16)
+        assert (ops.count("Gemm"), ops.count("Scan")) == (2 * 3 + 1, 2)
+    # per layer: 3 Where more in the masked branch for the padding, 3 for the landmarks' validity; each
+    # branch keeps the 2 of the landmark assignment (on (b, n) tensors)
+    assert (graph["then_branch"].count("Where"), graph["else_branch"].count("Where")) == (4, 16)
     # each branch's Conv reads a weight of its own branch: ORT's NCHWc conv (5x faster) needs that
     import onnx
 
@@ -198,6 +204,20 @@ def test_export_without_the_unpadded_branch_is_the_masked_graph_alone(tmp_path):
     path = export_onnx(model, tmp_path, unpadded_branch=False, progress=False)
     ops = all_ops(path)
     assert "If" not in ops and ops.count("Softmax") == 3
+    assert_matches(path, model)
+
+
+def test_ffn_rows_in_several_scan_blocks_equal_eager(tmp_path, monkeypatch):
+    """The FFN sub-layer's Scan over row blocks with blocks of 7 rows (FFN_BLOCK_BYTES patched): b·n rows
+    that 7 does not divide are padded to equal blocks and cut back; every shape of SHAPES runs 1 to 30
+    blocks, in both branches."""
+    import nystrom.model.layers as layers
+
+    monkeypatch.setattr(layers, "FFN_BLOCK_BYTES", 7 * 64 * 4)  # 7 rows of the (rows, f = 64) float32 activations
+    torch.manual_seed(6)
+    model = NystromformerModel(tiny()).eval()
+    path = export_onnx(model, tmp_path, progress=False)
+    assert all_ops(path).count("Scan") == 2
     assert_matches(path, model)
 
 

@@ -25,7 +25,9 @@ def test_the_path_predicate_treats_meta_like_cuda_and_can_be_forced_on_cpu():
 
 @pytest.mark.parametrize("segments", ["balanced", "front_padded"])
 @pytest.mark.parametrize(
-    ("n", "m", "mask_kind"), [(48, 8, None), (50, 8, None), (6, 8, None), (48, 8, "holes"), (40, 8, "short")]
+    ("n", "m", "mask_kind"),
+    # (20, 8): front-padded runs of 3 after 4 virtual positions leave landmark 0 empty although n ≥ m
+    [(48, 8, None), (50, 8, None), (20, 8, None), (6, 8, None), (48, 8, "holes"), (40, 8, "short")],
 )
 def test_averaging_weights_give_the_segment_means(n, m, mask_kind, segments):
     x = torch.randn(2, 3, n, 4, dtype=torch.float64)
@@ -181,3 +183,14 @@ def test_sharing_under_inference_mode_where_masks_keep_no_version_counter():
             inference_mask = mask.clone()  # an inference tensor: no version counter
             got = model(input_ids=ids, attention_mask=inference_mask).last_hidden_state
         assert rel_err(got[mask], want[mask]) <= 1e-12
+
+
+@pytest.mark.parametrize("n", [20, 21, 24])
+def test_accelerator_path_front_padded_segments_without_mask_equal_the_cpu_kernels(n):
+    """lucidrains' front-padded runs leave the first landmarks empty when m does not divide n (20 and 21
+    tokens, 8 landmarks), even without a mask and with n ≥ m: those must be masked out, as the CPU path does."""
+    q, k, v = (torch.randn(2, 3, n, 8, dtype=torch.float64) for _ in range(3))
+    cpu = nystrom_attention(q, k, v, num_landmarks=8, segments="front_padded")
+    with force_accelerator_path():
+        acc = nystrom_attention(q, k, v, num_landmarks=8, segments="front_padded")
+    assert rel_err(acc, cpu) <= 1e-12

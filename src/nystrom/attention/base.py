@@ -66,6 +66,9 @@ class AttentionBase(nn.Module):
     #: whether padding is exact for ``core`` (a sample's real outputs do not depend on its padded length),
     #: so that packed documents, run as padded samples of their own, get exactly what they get alone
     packs_documents: bool = False
+    #: whether ``core`` uses k only in softmaxes over keys (or over means of keys): k's bias then adds the
+    #: same q·b to a row's scores and cancels, and the export leaves it out (layers.projection.project_heads)
+    key_bias_cancels: bool = False
 
     def __init__(
         self,
@@ -182,7 +185,9 @@ class AttentionBase(nn.Module):
     def _attend(self, x: torch.Tensor, mask: torch.Tensor | None, attend: Attend) -> torch.Tensor:
         # A separate frame so that, under no_grad, the (b, n, 3·h·d) projection dies before the output
         # projection allocates: that is the module's peak-memory moment at long n.
-        q, k, v = project_heads(x, self.qkv.weight, self.qkv.bias, self.heads, self.dim_head)  # (b, h, n, d) views  # fmt: skip
+        q, k, v = project_heads(
+            x, self.qkv.weight, self.qkv.bias, self.heads, self.dim_head, key_bias_cancels=self.key_bias_cancels
+        )  # (b, h, n, d) views
         return attend(q, k, v, mask, None if self.conv is None else self.conv.weight)
 
     def _attend_documents(

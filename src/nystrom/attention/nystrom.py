@@ -33,6 +33,7 @@ class NystromAttention(AttentionBase):
 
     name = "nystrom"
     head_separable = True
+    key_bias_cancels = True
 
     @property
     def packs_documents(self) -> bool:  # type: ignore[override]

@@ -23,6 +23,7 @@ class SoftmaxAttention(AttentionBase):
     name = "softmax"
     head_separable = True
     packs_documents = True
+    key_bias_cancels = True
 
     def __init__(
         self,

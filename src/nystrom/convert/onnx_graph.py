@@ -8,9 +8,11 @@ check on the host (:func:`nystrom.utils.checks.check_mask`) and runs the unmaske
 the mask's values while it is built, so without the branch ONNX Runtime computes every masked operation on
 every call: the ``Where`` that zeroes padded hidden states and values, and the key and landmark biases of
 the softmaxes (with the branch ORT took 0.84-0.99x the masked graph's time, MiniLM size, 512 to 16K tokens,
-batch 1 and 8). ``torch.cond`` on ``attention_mask.all()`` becomes
-an ONNX ``If`` whose two subgraphs share the weights (initializers of the main graph): the unpadded one is
-the model called without a mask, the other the model with it. ``If`` costs one reduction of the mask per
+batch 1 and 8). ``torch.cond`` on "every token real and n ≥ m" (m: the most landmarks of any
+Nyström layer) becomes an ONNX ``If`` whose two subgraphs share the weights (initializers of the main
+graph): the unpadded one is the model called without a mask, the other the model with it. With n ≥ m every
+landmark holds a token, so the unpadded branch also leaves out the landmarks' validity bias
+(:func:`~nystrom.ops.nystrom.landmarks.every_landmark_used`); shorter inputs take the masked branch. ``If`` costs one reduction of the mask per
 call; the file grows by the second subgraph's nodes (not its weights) and the export takes about three times
 as long. Each branch's ``Conv`` gets its own copy of its small weight (:func:`copy_conv_weights_into_branches`).
 """
@@ -23,13 +25,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from nystrom.attention.nystrom import NystromAttention
+from nystrom.ops.nystrom.landmarks import every_landmark_used
+
 
 class ExportedForward(nn.Module):
     """(input_ids, attention_mask[, token_type_ids]), each (b, n) or (b, r, n) -> the output fields named in
     ``outputs``, in that order.
 
-    ``unpadded_branch``: the outputs come from an ``If`` on ``attention_mask.all()`` (see the module
-    docstring); False traces the masked model alone (one subgraph fewer, slower where no token is padded).
+    ``unpadded_branch``: the outputs come from an ``If`` on every token real and n ≥ :attr:`min_length` (see
+    the module docstring); False traces the masked model alone (one subgraph fewer, slower where no token
+    is padded).
     """
 
     def __init__(self, model: nn.Module, outputs: list[str], *, unpadded_branch: bool) -> None:
@@ -37,6 +43,10 @@ class ExportedForward(nn.Module):
         self.model = model
         self.outputs = outputs
         self.unpadded_branch = unpadded_branch
+        #: the fewest tokens with which every Nyström layer's landmarks all hold one (its largest m)
+        self.min_length = max(
+            (mod.num_landmarks for mod in model.modules() if isinstance(mod, NystromAttention)), default=1
+        )
 
     def run(
         self,
@@ -59,11 +69,14 @@ class ExportedForward(nn.Module):
             return self.run(input_ids, attention_mask, token_type_ids)
         # torch.cond's operands are tensors: the token types are one more operand where the model takes them
         types = () if token_type_ids is None else (token_type_ids,)
-        every_token_real = attention_mask.bool().all()  # () bool
+        real = attention_mask.bool()  # (b, n) or (b, r, n)
+        unpadded = real.all() & (real.sum(-1) >= self.min_length).all()  # () bool: all real, n ≥ m
         operands = (input_ids, attention_mask, *types)
-        return tuple(
-            torch.cond(every_token_real, self._branch(masked=False), self._branch(masked=True), operands)
-        )
+        # Set around the whole If (Dynamo traces its branches and cannot enter a context manager inside one);
+        # it changes calls without a mask only, which only the unpadded branch makes.
+        with every_landmark_used():
+            outs = torch.cond(unpadded, self._branch(masked=False), self._branch(masked=True), operands)
+        return tuple(outs)
 
     def _branch(self, *, masked: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
         """One side of the ``If``: the model with the mask, or without it (every token real). Each output is

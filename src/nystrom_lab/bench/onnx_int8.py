@@ -8,7 +8,8 @@ MODEL_DIR is ``nystrom finetune``'s ``OUT/model`` (a sequence classifier with it
 exported once (:func:`nystrom.convert.export_onnx`) and quantized (:func:`nystrom.convert.quantize_onnx`:
 MatMul weights in int8, activations quantized call by call). The test examples are tokenized as ``nystrom
 finetune`` does (cut to the model's fine-tuning length), sorted by length into batches of ``--batch-size``,
-and every batch runs in the three engines in an order that alternates batch by batch (eager under
+and every batch runs in the three engines in an order that alternates batch by batch, each call after an
+untimed rest of :data:`~nystrom_lab.bench.onnx_speed.SETTLE_S` (eager under
 ``torch.inference_mode()``; ONNX Runtime's CPU provider with as many threads as torch uses). Reported per
 engine: accuracy on the file's labels, the predictions that differ from eager's, the largest logit
 difference to eager, the total time over ``--rounds`` passes (median), and the file's size. Writes
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from nystrom_lab.argtypes import ArgumentParser, positive_int
-from nystrom_lab.bench.onnx_speed import PACKAGES
+from nystrom_lab.bench.onnx_speed import PACKAGES, SETTLE_S
 from nystrom_lab.bench.record import command_line, write_record
 
 ENGINES = ("eager", "ort-fp32", "ort-int8")
@@ -85,6 +86,7 @@ def run(*, model_dir: Path, test_file: Path, text_column: str, label_column: str
         for i, batch in enumerate(batches):
             order = ENGINES if (r + i) % 2 == 0 else ENGINES[::-1]
             for engine in order:
+                time.sleep(SETTLE_S)  # untimed: the last engine's spinning worker threads stop first
                 t = time.perf_counter()
                 y = call(engine, batch)
                 spent[engine] += time.perf_counter() - t

@@ -12,7 +12,8 @@ optimisations and as many intra-op threads as torch uses (no tuning). Every row 
 
 Interleaved rounds: each round runs every case once in each engine, the engines' order alternating round by
 round, so a slow spell of the shared machine hits both alike; a case's time is its median over rounds and
-"ORT / eager" the median of the per-round ratios. ``--masked-only`` also exports the graph without the
+"ORT / eager" the median of the per-round ratios. Every timed call follows an untimed rest (``--settle-s``,
+0.2 s): the engine before it leaves worker threads spinning that would take its cores. ``--masked-only`` also exports the graph without the
 branch on every token real (:mod:`nystrom.convert.onnx_graph`) and times it in the same rounds: "ORT /
 masked-only" is what the branch buys on these unpadded inputs. ``--budget-s`` stops a case's rounds early once its own
 timed calls have taken that long (at least one round). The outputs of the two engines are compared once per case (largest absolute difference of
@@ -28,7 +29,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nystrom_lab.argtypes import ArgumentParser, non_negative_int, output_dir, positive_int
+from nystrom_lab.argtypes import (
+    ArgumentParser,
+    non_negative_float,
+    non_negative_int,
+    output_dir,
+    positive_int,
+)
 from nystrom_lab.attention_spec import attention
 from nystrom_lab.bench.record import command_line, write_record
 
@@ -60,13 +67,22 @@ def random_inputs(b: int, n: int, vocab: int, seed: int) -> dict:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": torch.zeros_like(ids)}
 
 
+#: seconds of rest before each timed call. After a call an engine's worker threads spin-wait for more
+#: work (ONNX Runtime's intra-op pool, torch's OpenMP threads); on a small machine they take the cores from
+#: the next engine's call. Measured on the 2-core VM at 512 tokens, batch 1, calls back to back: whichever
+#: of three ORT graphs was timed second in a round ran 13-16 % slower than the others; eager's call took 95
+#: ms right after ORT's against 84 ms after a rest.
+SETTLE_S = 0.2
+
+
 def time_rounds(
     engines: dict[str, Callable[[tuple[int, int]], object]], cases: list[tuple[int, int]], times: dict, *,
-    rounds: int, budget_s: float, clock: Callable[[], float] = time.perf_counter,
+    rounds: int, budget_s: float, settle_s: float = 0.0, clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> None:  # fmt: skip
     """Interleaved rounds of every case in every engine (their order reversed every other round), each
     call's seconds appended to ``times[case][engine]``; a case stops once its own timed calls have taken
-    ``budget_s`` (at least one round)."""
+    ``budget_s`` (at least one round). ``settle_s``: an untimed rest before every call (:data:`SETTLE_S`)."""
     spent = dict.fromkeys(cases, 0.0)  # seconds of each case's own timed calls (not the other cases')
     names = list(engines)
     for r in range(rounds):
@@ -75,6 +91,8 @@ def time_rounds(
             if r > 0 and spent[case] > budget_s:
                 continue
             for name in order:
+                if settle_s > 0:
+                    sleep(settle_s)
                 t = clock()
                 engines[name](case)
                 times[case][name].append(clock() - t)
@@ -86,6 +104,7 @@ def time_rounds(
 def run(
     *, lengths: list[int], batches: list[int], attention_spec: str, hidden: int, layers: int, heads: int,
     ffn: int, rounds: int, warmup: int, budget_s: float, out: Path, command: str, masked_only: bool = False,
+    settle_s: float = SETTLE_S,
 ) -> dict:  # fmt: skip
     """Export, then time every (n, b) in both engines; the record written as JSON. ``masked_only``: also
     export without the branch on every token real (``unpadded_branch=False``) and time that graph in the
@@ -139,7 +158,7 @@ def run(
             for fn in engines.values():
                 fn(case)
         diffs[case] = float((torch.from_numpy(onnx(case)) - eager(case)).abs().max())
-    time_rounds(engines, cases, times, rounds=rounds, budget_s=budget_s)
+    time_rounds(engines, cases, times, rounds=rounds, budget_s=budget_s, settle_s=settle_s)
     rows = []
     for (n, b), t in times.items():
         ratios = [o / e for e, o in zip(t["eager"], t["ort"])]
@@ -170,6 +189,7 @@ def run(
         "onnx_bytes": sum(p.stat().st_size for p in path.parent.glob("model.onnx*")),
         "rounds": rounds,
         "warmup": warmup,
+        "settle_s": settle_s,
         "rows": rows,
     }
 
@@ -225,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         "--budget-s", type=float, default=600.0, help="seconds per case after which its rounds stop"
     )
     p.add_argument(
+        "--settle-s", type=non_negative_float, default=SETTLE_S,
+        help=f"untimed rest before every timed call, so that the last engine's spinning worker threads have"
+        f" stopped (default {SETTLE_S})",
+    )  # fmt: skip
+    p.add_argument(
         "--masked-only", action="store_true",
         help="also export without the If on every token real (--no-unpadded-branch) and time that graph in the"
         " same rounds: what the branch buys",
@@ -236,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         lengths=a.max_length, batches=a.batch_size, attention_spec=a.attention, hidden=a.hidden, layers=a.layers,
         heads=a.heads, ffn=a.ffn, rounds=a.rounds, warmup=a.warmup, budget_s=a.budget_s, out=a.out,
         command=command_line("nystrom_lab.bench.onnx_speed", argv), masked_only=a.masked_only,
+        settle_s=a.settle_s,
     )  # fmt: skip
     write_record(a.out, "onnx_speed", res, render(res))
     return 0

@@ -31,3 +31,22 @@ def test_engines_take_turns_in_reversed_order_every_other_round():
     onnx_speed.time_rounds(engines, [(8, 1)], times, rounds=2, budget_s=60.0)
     assert calls == ["eager", "ort", "ort_masked_only", "ort_masked_only", "ort", "eager"]
     assert [len(t) for t in times[(8, 1)].values()] == [2, 2, 2]
+
+
+def test_every_timed_call_follows_an_untimed_rest():
+    """The rest before each call (other engines' spinning threads stop) is slept, never timed."""
+    now = [0.0]
+    rests = []
+
+    def sleep(s):
+        rests.append(s)
+        now[0] += s
+
+    def engine(case):
+        now[0] += 0.25
+
+    times = {(8, 1): {"eager": [], "ort": []}}
+    onnx_speed.time_rounds({"eager": engine, "ort": engine}, [(8, 1)], times, rounds=3, budget_s=60.0,
+                           settle_s=0.2, clock=lambda: now[0], sleep=sleep)  # fmt: skip
+    assert rests == [0.2] * 6
+    assert times[(8, 1)]["eager"] == pytest.approx([0.25] * 3) and times[(8, 1)]["ort"] == pytest.approx([0.25] * 3)

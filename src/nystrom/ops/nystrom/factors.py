@@ -41,9 +41,10 @@ def nystrom_factors(
     q_l, k_l, valid = landmark_means(q, k, num_landmarks, mask, segments)
     z = landmark_kernel_pinv(q_l, k_l, valid, scale, pinv_iterations, pinv, pinv_init)
     qf, kf = q.to(z.dtype), k.to(z.dtype)
-    f = torch.softmax(
-        (qf @ k_l.mT * scale).masked_fill(~valid[:, None, None, :], float("-inf")), -1
-    )  # (b,h,n,m)
+    s_f = qf @ k_l.mT * scale  # (b, h, n, m)
+    if valid is not None:  # None: every landmark used (landmarks.every_landmark_used)
+        s_f = s_f.masked_fill(~valid[:, None, None, :], float("-inf"))
+    f = torch.softmax(s_f, -1)  # (b, h, n, m)
     s_b = q_l @ kf.mT * scale  # (b, h, m, n)
     if mask is not None:
         s_b = s_b.masked_fill(~mask[:, None, None, :], float("-inf"))

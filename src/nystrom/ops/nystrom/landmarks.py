@@ -14,6 +14,9 @@ mask object reuses what the first one computed (on a GPU it is a dozen launches 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from nystrom.ops.pinv import exact_pinv, iterative_pinv
@@ -27,6 +30,37 @@ from nystrom.utils.checks import (
 )
 
 SEGMENTS = ("balanced", "front_padded")
+
+#: set by :func:`every_landmark_used`; a module global, not a ContextVar: TorchDynamo, which traces the
+#: branches of ``torch.cond``, reads a global (as a constant) but cannot call a ContextVar
+_every_landmark_used = False
+
+
+@contextlib.contextmanager
+def every_landmark_used() -> Iterator[None]:
+    """Inside, under ``torch.export``, calls without a mask report no landmark mask (valid None): every
+    balanced landmark holds a token, which is true when n ≥ m. The caller guarantees n ≥ m for every
+    layer, e.g. by a graph branch on it (:class:`~nystrom.convert.onnx_graph.ExportedForward`). Why: an
+    exported graph cannot know n ≥ m from n, so it would otherwise add the landmarks' validity bias to the
+    (b, h, n, m) scores of every layer (1.5 % of ONNX Runtime's time at 4K tokens, MiniLM size). Eagerly,
+    and with a mask, nothing changes. Not thread-safe (an export runs in one thread)."""
+    global _every_landmark_used
+    before, _every_landmark_used = _every_landmark_used, True
+    try:
+        yield
+    finally:
+        _every_landmark_used = before
+
+
+def _known_used(n: int, m: int, mask: torch.Tensor | None, segments: str) -> bool:
+    """Whether every landmark holds a token, known without looking at values: no mask, balanced segments
+    (front-padded runs leave the first ones empty when m does not divide n), and n ≥ m, known from n
+    eagerly and under ``torch.export`` only inside :func:`every_landmark_used`."""
+    if mask is not None or segments != "balanced":
+        return False
+    if torch.compiler.is_exporting():
+        return _every_landmark_used
+    return n >= m
 
 
 def landmark_assignment(
@@ -73,8 +107,9 @@ def _runs_of(n: int, m: int, mask: torch.Tensor | None) -> bool:
 
 def _segment_means(
     x: torch.Tensor, m: int, mask: torch.Tensor | None, acc_dtype: torch.dtype, segments: str = "balanced"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unchecked core of :func:`segment_means`; sums in ``acc_dtype``. Returns (b, h, m, d), (b, m)."""
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Unchecked core of :func:`segment_means`; sums in ``acc_dtype``. Returns (b, h, m, d) and (b, m), or
+    None for the landmark mask under ``torch.export`` inside :func:`every_landmark_used`."""
     b, h, n, d = x.shape
     if _runs_of(n, m, mask):
         # The paper's contiguous segments: a free view and one reduction, no index traffic. Reducing in
@@ -87,6 +122,8 @@ def _segment_means(
         ("rows", b, n, m, segments, acc_dtype, x.device),
         lambda: _row_plan(mask, b, n, m, x.device, segments, acc_dtype),
     )
+    if torch.compiler.is_exporting() and _known_used(n, m, mask, segments):
+        valid = None  # (the eager CPU path keeps its (b, m) mask: its kernels take one)
     # Rows of (b·n, h·d) are contiguous runs for both (b, h, n, d) tensors and head views of a joint
     # (b, n, 3, h, d) projection, so this reshape is usually a view. It is a strided one for the head
     # views, and index_add_ then falls back to a scatter_add_ over an expanded index: copying first is 3x
@@ -115,7 +152,7 @@ def averaging_weights(
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The segment means as a product: ``W`` (b, m, n) with ``W @ x_rows`` the landmarks, and valid (b, m)
-    (None when every landmark is known to be used without looking at values: no mask and n ≥ m).
+    (None when every landmark is known to be used without looking at values: :func:`_known_used`).
 
     Row j of W holds 1/count_j at the real tokens of landmark j and 0 elsewhere. Why a product on the
     accelerator path: one GEMM per tensor for any mask, instead of a zeroed buffer, an index_add_ and a
@@ -130,8 +167,7 @@ def averaging_weights(
         seg[:, None, :] == torch.arange(m, device=device)[None, :, None]
     )  # (b, m, n); padding (m) nowhere
     w = onehot.to(dtype) / counts.clamp(min=1).to(dtype)[:, :, None]  # (b, m, n)
-    every_used = mask is None and n >= m and not torch.compiler.is_exporting()  # known without values
-    return w, (None if every_used else counts > 0)
+    return w, (None if _known_used(n, m, mask, segments) else counts > 0)
 
 
 @rejects_key_padding_mask
@@ -163,8 +199,9 @@ def segment_means(
     return means.to(x.dtype), lmask
 
 
-def landmark_means(q, k, m, mask, segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Q̃, K̃ (b, h, m, d) in ≥ float32 and valid (b, m) from q, k (b, h, n, d) with zeroed padding."""
+def landmark_means(q, k, m, mask, segments) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Q̃, K̃ (b, h, m, d) in ≥ float32 and valid (b, m) from q, k (b, h, n, d) with zeroed padding (valid
+    None: every landmark used, see :func:`every_landmark_used`)."""
     acc = torch.promote_types(q.dtype, torch.float32)
     q_l, valid = _segment_means(q, m, mask, acc, segments)  # (b, h, m, d), (b, m)
     k_l, _ = _segment_means(k, m, mask, acc, segments)  # (b, h, m, d)
@@ -175,9 +212,13 @@ def landmark_means(q, k, m, mask, segments) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def landmark_kernel_pinv(q_l, k_l, valid, scale, pinv_iterations, pinv, pinv_init) -> torch.Tensor:
-    """A⁺ (b, h, m, m) of A = softmax(Q̃ K̃ᵀ s), with an identity block on the invalid landmarks."""
+    """A⁺ (b, h, m, m) of A = softmax(Q̃ K̃ᵀ s), with an identity block on the invalid landmarks (valid
+    (b, m), or None: all valid)."""
     m = q_l.shape[-2]
     scores = q_l @ k_l.mT * scale  # (b, h, m, m)
+    if valid is None:
+        a = torch.softmax(scores, -1)  # (b, h, m, m)
+        return iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)
     scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     a = torch.softmax(scores, -1)  # (b, h, m, m)
     pair = valid[:, None, :, None] & valid[:, None, None, :]  # (b, 1, m, m)
