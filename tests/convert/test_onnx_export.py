@@ -297,6 +297,14 @@ def test_bert_with_nystrom_attention_equals_eager(tmp_path):
     assert_matches(path, model)
     with pytest.raises(RuntimeError, match="could not trace BertModel.*unpadded_branch=False"):
         export_onnx(model, tmp_path / "branch", unpadded_branch=True, progress=False)
+    # were transformers' forward to trace under torch.cond one day, its unpadded branch would still check
+    # every landmark: its m lives in the config, not in modules the export can read
+    from nystrom.convert.onnx_graph import ExportedForward
+
+    forward = ExportedForward(model, ["last_hidden_state"], unpadded_branch=True)
+    assert (forward.landmarks_known, forward.min_length) == (False, 1)
+    ours = ExportedForward(NystromformerModel(tiny(layers=2)), ["last_hidden_state"], unpadded_branch=True)
+    assert (ours.landmarks_known, ours.min_length) == (True, 8)
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ as long. Each branch's ``Conv`` gets its own copy of its small weight (:func:`co
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import torch
 from torch import nn
 
 from nystrom.attention.nystrom import NystromAttention
+from nystrom.model.configuration_nystromformer import MODEL_TYPE
 from nystrom.ops.nystrom.landmarks import every_landmark_used
 
 
@@ -43,6 +45,10 @@ class ExportedForward(nn.Module):
         self.model = model
         self.outputs = outputs
         self.unpadded_branch = unpadded_branch
+        # Only in models of ours is every Nyström layer a NystromAttention module whose m can be read here
+        # (transformers' models with attn_implementation="nystrom" take m from their config, and their
+        # forward does not trace under torch.cond): elsewhere the unpadded branch keeps the validity.
+        self.landmarks_known = getattr(getattr(model, "config", None), "model_type", None) == MODEL_TYPE
         #: the fewest tokens with which every Nyström layer's landmarks all hold one (its largest m)
         self.min_length = max(
             (mod.num_landmarks for mod in model.modules() if isinstance(mod, NystromAttention)), default=1
@@ -74,7 +80,7 @@ class ExportedForward(nn.Module):
         operands = (input_ids, attention_mask, *types)
         # Set around the whole If (Dynamo traces its branches and cannot enter a context manager inside one);
         # it changes calls without a mask only, which only the unpadded branch makes.
-        with every_landmark_used():
+        with every_landmark_used() if self.landmarks_known else contextlib.nullcontext():
             outs = torch.cond(unpadded, self._branch(masked=False), self._branch(masked=True), operands)
         return tuple(outs)
 

@@ -216,11 +216,10 @@ def landmark_kernel_pinv(q_l, k_l, valid, scale, pinv_iterations, pinv, pinv_ini
     (b, m), or None: all valid)."""
     m = q_l.shape[-2]
     scores = q_l @ k_l.mT * scale  # (b, h, m, m)
-    if valid is None:
-        a = torch.softmax(scores, -1)  # (b, h, m, m)
-        return iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)
-    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    if valid is not None:
+        scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
     a = torch.softmax(scores, -1)  # (b, h, m, m)
-    pair = valid[:, None, :, None] & valid[:, None, None, :]  # (b, 1, m, m)
-    a = torch.where(pair, a, torch.eye(m, dtype=a.dtype, device=a.device))  # identity block on invalid
+    if valid is not None:
+        pair = valid[:, None, :, None] & valid[:, None, None, :]  # (b, 1, m, m)
+        a = torch.where(pair, a, torch.eye(m, dtype=a.dtype, device=a.device))  # identity block on invalid
     return iterative_pinv(a, pinv_iterations, pinv_init) if pinv == "iterative" else exact_pinv(a)
