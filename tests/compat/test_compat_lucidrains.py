@@ -128,16 +128,36 @@ def _front_padded_oracle(x_q, x_k, x_v, m):
     return f @ torch.linalg.pinv(a) @ bm @ x_v
 
 
-def test_empty_landmark_runs_are_dropped_exactly():
+@pytest.mark.parametrize("accelerator", [False, True])
+def test_empty_landmark_runs_are_dropped_exactly(accelerator):
     # n = 10, m = 8: runs of 2 after 6 padding positions, so 3 runs hold no real token; lucidrains mixes
-    # them into A⁺ even with a mask, ours removes them.
+    # them into A⁺ even with a mask, ours removes them, without a mask too, on the CPU's path and the GPU's
+    # (which once took n ≥ m without a mask for "every landmark used")
     torch.manual_seed(7)
     q, k, v = (torch.randn(1, 1, 10, 4, dtype=torch.float64) for _ in range(3))
     from nystrom.functional import nystrom_attention
+    from nystrom.utils.device import force_accelerator_path
 
-    out = nystrom_attention(q, k, v, num_landmarks=8, segments="front_padded", pinv="exact")
+    with force_accelerator_path() if accelerator else torch.no_grad():
+        out = nystrom_attention(q, k, v, num_landmarks=8, segments="front_padded", pinv="exact")
     ref = _front_padded_oracle(q[0, 0], k[0, 0], v[0, 0], 8)
     assert rel_err(out[0, 0], ref) <= 1e-10
+
+
+def test_drop_in_without_mask_is_the_same_on_the_gpu_path():
+    """TransMIL's call: a bag whose length m does not divide, no mask, the drop-in's defaults
+    (pinv_init="original", which the fused kernels do not take, so a GPU runs the composite accelerator
+    path). 70 tokens, 16 landmarks: runs of 5 after 10 padding positions, the first two runs empty."""
+    from nystrom.utils.device import force_accelerator_path
+
+    torch.manual_seed(9)
+    mod = ours.NystromAttention(dim=32, dim_head=16, heads=2, num_landmarks=16).double().eval()
+    x = torch.randn(2, 70, 32, dtype=torch.float64)
+    with torch.no_grad():
+        cpu = mod(x)
+        with force_accelerator_path():
+            acc = mod(x)
+    assert rel_err(acc, cpu) <= 1e-10
 
 
 def test_pinv_init_original_is_lucidrains_batch_global_scaling():
