@@ -8,13 +8,14 @@ check on the host (:func:`nystrom.utils.checks.check_mask`) and runs the unmaske
 the mask's values while it is built, so without the branch ONNX Runtime computes every masked operation on
 every call: the ``Where`` that zeroes padded hidden states and values, and the key and landmark biases of
 the softmaxes (with the branch ORT took 0.84-0.99x the masked graph's time, MiniLM size, 512 to 16K tokens,
-batch 1 and 8). ``torch.cond`` on "every token real and n ≥ m" (m: the most landmarks of any
-Nyström layer) becomes an ONNX ``If`` whose two subgraphs share the weights (initializers of the main
-graph): the unpadded one is the model called without a mask, the other the model with it. With n ≥ m every
-landmark holds a token, so the unpadded branch also leaves out the landmarks' validity bias
-(:func:`~nystrom.ops.nystrom.landmarks.every_landmark_used`); shorter inputs take the masked branch. ``If`` costs one reduction of the mask per
-call; the file grows by the second subgraph's nodes (not its weights) and the export takes about three times
-as long. Each branch's ``Conv`` gets its own copy of its small weight (:func:`copy_conv_weights_into_branches`).
+batch 1 and 8). ``torch.cond`` on "every token real and n ≥ m" (m: the most landmarks of any Nyström
+layer) becomes an ONNX ``If`` whose two subgraphs share the weights (initializers of the main graph): the
+unpadded one is the model called without a mask, the other the model with it. With n ≥ m every landmark
+holds a token, so the unpadded branch also leaves out the landmarks' validity bias
+(:func:`~nystrom.ops.nystrom.landmarks.every_landmark_used`); shorter inputs take the masked branch. ``If``
+costs two reductions of the mask per call; the file grows by the second subgraph's nodes (not its weights)
+and the export takes about three times as long. Each branch's ``Conv`` gets its own copy of its small weight
+(:func:`copy_conv_weights_into_branches`).
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def project_heads(
         w = weight.view(3, heads, dim_head, -1).transpose(-1, -2)  # (3, h, e, d)
         bb = None if bias is None else bias.view(3, heads, 1, dim_head)  # (3, h, 1, d)
         x4 = x[:, None]  # (b, 1, n, e)
-        biased = (bb is not None, bb is not None and not key_bias_cancels, bb is not None)
-        q, k, v = (x4 @ w[i] + bb[i] if biased[i] else x4 @ w[i] for i in range(3))  # (b, h, n, d) each
+        keep = (True, not key_bias_cancels, True)  # q's, k's and v's bias
+        q, k, v = (x4 @ w[i] + bb[i] if bb is not None and keep[i] else x4 @ w[i] for i in range(3))  # (b, h, n, d) each
         return q, k, v
     if torch.compiler.is_compiling() or accelerator_path(x):  # autograd's backward: 5 launches, not 17
         return split_heads(F.linear(x, weight, bias), heads, dim_head)
