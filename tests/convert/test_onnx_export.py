@@ -198,12 +198,36 @@ def test_base_model_graph_has_the_operators_onnx_runtime_runs_well(base):
         assert [c.input[1] in local for c in branch.node if c.op_type == "Conv"] == [True, True]
 
 
+def unread_initializers(onnx_path) -> list[str]:
+    """Initializers of any graph in the file that no node of any graph reads and no graph outputs."""
+    import onnx
+
+    graphs, todo = [], [onnx.load(str(onnx_path), load_external_data=False).graph]
+    while todo:
+        g = todo.pop()
+        graphs.append(g)
+        todo += [a.g for n in g.node for a in n.attribute if a.type == a.GRAPH]
+    read = {i for g in graphs for n in g.node for i in n.input} | {o.name for g in graphs for o in g.output}
+    return [t.name for g in graphs for t in g.initializer if t.name not in read]
+
+
+def test_onnx_runtime_loads_the_export_without_warnings(base, capfd):
+    """Every initializer is read: ONNX Runtime would otherwise drop each unread one with a warning on every
+    load (the main graph's conv weights, once the branches hold copies, and constants torch.onnx left)."""
+    _, path = base
+    assert unread_initializers(path) == []
+    capfd.readouterr()
+    ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert "Removing initializer" not in capfd.readouterr().err
+
+
 def test_export_without_the_unpadded_branch_is_the_masked_graph_alone(tmp_path):
     torch.manual_seed(5)
     model = NystromformerModel(tiny()).eval()
     path = export_onnx(model, tmp_path, unpadded_branch=False, progress=False)
     ops = all_ops(path)
     assert "If" not in ops and ops.count("Softmax") == 3
+    assert unread_initializers(path) == []
     assert_matches(path, model)
 
 

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from nystrom.convert import onnx_io
-from nystrom.convert.onnx_graph import ExportedForward, copy_conv_weights_into_branches
+from nystrom.convert.onnx_graph import ExportedForward, finish_graph
 from nystrom.model.configuration_nystromformer import MODEL_TYPE
 
 #: attention variants of ours that do not export with a dynamic length, and why
@@ -295,6 +295,5 @@ def _trace_and_save(
                 rename[dim.value] = axis
     onnx_program.rename_axes(rename)
     onnx_program.save(str(path))
-    if unpadded_branch:
-        copy_conv_weights_into_branches(path)
+    finish_graph(path, branches=unpadded_branch)
     _say(progress, f"{path.name} written in {time.perf_counter() - t0:.1f} s")

@@ -97,9 +97,19 @@ class ExportedForward(nn.Module):
         return branch
 
 
-def copy_conv_weights_into_branches(path: str | Path) -> int:
+def _graphs(graph) -> list:
+    """``graph`` and every subgraph inside it (the ``If``'s branches, the ``Scan`` bodies), outermost first."""
+    found, todo = [], [graph]
+    while todo:
+        g = todo.pop()
+        found.append(g)
+        todo += [a.g for n in g.node for a in n.attribute if a.type == a.GRAPH]
+    return found
+
+
+def copy_conv_weights_into_branches(model) -> int:
     """Give every ``Conv`` inside a subgraph (the ``If``'s branches) its own copy of the weight and bias it
-    reads from the main graph; the file rewritten in place. Returns the number of tensors copied.
+    reads from the main graph of the ONNX ``model`` (changed in place). Returns the number of tensors copied.
 
     Why: ONNX Runtime's NCHWc layout transformer, which runs the depthwise conv skip 5× faster, takes a
     ``Conv`` only when its weight is an initializer of the conv's own graph, not of an enclosing one (the
@@ -107,7 +117,6 @@ def copy_conv_weights_into_branches(path: str | Path) -> int:
     """
     import onnx
 
-    model = onnx.load(str(path), load_external_data=False)
     outer = {t.name: t for t in model.graph.initializer}
     copied = 0
     for node in model.graph.node:
@@ -125,6 +134,32 @@ def copy_conv_weights_into_branches(path: str | Path) -> int:
                     branch.initializer.append(local)
                     conv.input[i] = local.name
                     copied += 1
-    if copied:
-        onnx.save(model, str(path))
     return copied
+
+
+def drop_unused_initializers(model) -> list[str]:
+    """Remove the initializers that no node of the ONNX ``model`` (any subgraph included) reads and no graph
+    outputs (changed in place); returns their names. Why: ONNX Runtime removes them itself, but warns once per
+    initializer every time a session loads the file (the main graph's conv weights once the branches hold
+    copies, and a few constants that torch.onnx leaves behind)."""
+    graphs = _graphs(model.graph)
+    read = {i for g in graphs for n in g.node for i in n.input} | {o.name for g in graphs for o in g.output}
+    dropped = []
+    for g in graphs:
+        keep = [t for t in g.initializer if t.name in read]
+        dropped += [t.name for t in g.initializer if t.name not in read]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    return dropped
+
+
+def finish_graph(path: str | Path, *, branches: bool) -> None:
+    """The file torch.onnx wrote, rewritten in place: with ``branches`` (the ``If`` on every token real), the
+    conv weights copied into them (:func:`copy_conv_weights_into_branches`); then the initializers that nothing
+    reads dropped (:func:`drop_unused_initializers`)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    changed = copy_conv_weights_into_branches(model) if branches else 0
+    if changed + len(drop_unused_initializers(model)):
+        onnx.save(model, str(path))

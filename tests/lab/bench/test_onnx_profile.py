@@ -5,26 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
-from nystrom.convert import export_onnx
-from nystrom.model import NystromformerConfig, NystromformerModel
 from nystrom_lab.bench import onnx_profile
 
 
-def test_profile_sums_the_kernels_by_operator_type(tmp_path, capsys):
-    cfg = NystromformerConfig.preset(
-        "bert-small", vocab_size=60, hidden_size=32, num_attention_heads=2, intermediate_size=64,
-        num_hidden_layers=2, max_position_embeddings=64,
-        attention={"name": "nystrom", "num_landmarks": 8, "conv_kernel_size": 3},
-    )  # fmt: skip
-    torch.manual_seed(0)
-    folder = export_onnx(NystromformerModel(cfg).eval(), tmp_path / "m", progress=False).parent
+def test_profile_sums_the_kernels_by_operator_type(tiny_onnx_folder, tmp_path, capsys):
     out = tmp_path / "prof"
-    assert onnx_profile.main([str(folder), "--label", "tiny", "--max-length", "40", "--batch-size", "2",
+    assert onnx_profile.main([str(tiny_onnx_folder), "--label", "tiny", "--max-length", "40", "--batch-size", "2",
                               "--calls", "2", "--out", str(out)]) == 0  # fmt: skip
     res = json.loads((out / "onnx_profile.json").read_text())
     (prof,) = res["profiles"]
