@@ -33,6 +33,7 @@ def test_categories_of_ops():
     assert bd.torch_category("aten::gelu") == bd.LINEAR
     assert bd.torch_category("aten::_scaled_dot_product_flash_attention_for_cpu") == bd.ATTENTION
     assert bd.torch_category("aten::bmm") == bd.ATTENTION
+    assert bd.torch_category("_LongKeyAttention") == bd.ATTENTION  # the CPU kernels' autograd Function
     assert bd.torch_category("aten::copy_") == bd.MOVEMENT
     assert bd.torch_category("aten::native_layer_norm") == bd.ELEMENTWISE
     linear = {"proj"}
