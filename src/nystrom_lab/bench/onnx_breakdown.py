@@ -94,9 +94,8 @@ def torch_category(op: str) -> str:
     """The category of one torch op, by its profiler name."""
     if "linear" in op or op in ("aten::addmm", "aten::gelu"):
         return LINEAR
-    low = (
-        op.lower()
-    )  # our CPU kernels record as their autograd Functions: _ShortKeyAttention, _LongKeyAttention
+    # our CPU kernels record as their autograd Functions: _ShortKeyAttention, _LongKeyAttention
+    low = op.lower()
     if "attention" in low or "softmax" in low or op.startswith("nystrom::") or op in _TORCH_ATTENTION:
         return ATTENTION
     return MOVEMENT if op in _TORCH_MOVEMENT else ELEMENTWISE
