@@ -18,6 +18,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 
 from nystrom.convert import export_onnx, onnx_export, onnx_io  # noqa: E402
+from nystrom.convert.onnx_graph import all_graphs  # noqa: E402
 from nystrom.model import (  # noqa: E402
     NystromformerConfig,
     NystromformerForDualSequenceClassification,
@@ -202,11 +203,7 @@ def unread_initializers(onnx_path) -> list[str]:
     """Initializers of any graph in the file that no node of any graph reads and no graph outputs."""
     import onnx
 
-    graphs, todo = [], [onnx.load(str(onnx_path), load_external_data=False).graph]
-    while todo:
-        g = todo.pop()
-        graphs.append(g)
-        todo += [a.g for n in g.node for a in n.attribute if a.type == a.GRAPH]
+    graphs = all_graphs(onnx.load(str(onnx_path), load_external_data=False).graph)
     read = {i for g in graphs for n in g.node for i in n.input} | {o.name for g in graphs for o in g.output}
     return [t.name for g in graphs for t in g.initializer if t.name not in read]
 

@@ -97,8 +97,8 @@ class ExportedForward(nn.Module):
         return branch
 
 
-def _graphs(graph) -> list:
-    """``graph`` and every subgraph inside it (the ``If``'s branches, the ``Scan`` bodies), outermost first."""
+def all_graphs(graph) -> list:
+    """``graph`` and every subgraph inside it (the ``If``'s branches, the ``Scan`` bodies): the graph first."""
     found, todo = [], [graph]
     while todo:
         g = todo.pop()
@@ -142,7 +142,7 @@ def drop_unused_initializers(model) -> list[str]:
     outputs (changed in place); returns their names. Why: ONNX Runtime removes them itself, but warns once per
     initializer every time a session loads the file (the main graph's conv weights once the branches hold
     copies, and a few constants that torch.onnx leaves behind)."""
-    graphs = _graphs(model.graph)
+    graphs = all_graphs(model.graph)
     read = {i for g in graphs for n in g.node for i in n.input} | {o.name for g in graphs for o in g.output}
     dropped = []
     for g in graphs:

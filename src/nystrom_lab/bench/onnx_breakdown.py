@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nystrom.convert.onnx_graph import all_graphs
 from nystrom_lab.argtypes import ArgumentParser, existing_dir, non_negative_float, output_dir, positive_int
 from nystrom_lab.bench.onnx_profile import CONTROL_FLOW, vocab_size
 from nystrom_lab.bench.onnx_speed import PACKAGES, SETTLE_S, random_inputs
@@ -62,13 +63,10 @@ def linear_nodes(model) -> set[str]:
     """Names of the nodes of an ONNX ``model`` (every subgraph included) that belong to its linear layers: a
     MatMul, Gemm or FusedMatMul whose second input is an initializer, and an Add of an initializer to one's
     output (its bias)."""
-    graphs, initializers, nodes = [model.graph], set(), []
-    while graphs:
-        g = graphs.pop()
-        initializers |= {t.name for t in g.initializer}
-        initializers |= {o for n in g.node if n.op_type == "Constant" for o in n.output}
-        nodes += g.node
-        graphs += [a.g for n in g.node for a in n.attribute if a.type == a.GRAPH]
+    graphs = all_graphs(model.graph)
+    nodes = [n for g in graphs for n in g.node]
+    initializers = {t.name for g in graphs for t in g.initializer}
+    initializers |= {o for n in nodes if n.op_type == "Constant" for o in n.output}
     linear = {
         n.name for n in nodes if n.op_type in ("MatMul", "Gemm", "FusedMatMul") and n.input[1] in initializers
     }
@@ -164,13 +162,10 @@ def breakdown(
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
                 op = e["args"]["op_name"]
                 if op not in CONTROL_FLOW:  # their time is their subgraphs' nodes', recorded too
-                    ms["ort"][ort_category(op, e["name"].removesuffix("_kernel_time"), linear)] += (
-                        e["dur"] / 1e3
-                    )
-    profiled = {
-        "eager": rounds * calls,
-        "ort": rounds * calls + 1,
-    }  # ORT's profiler also saw the untimed call
+                    category = ort_category(op, e["name"].removesuffix("_kernel_time"), linear)
+                    ms["ort"][category] += e["dur"] / 1e3
+    # ORT's profiler also saw the untimed first call
+    profiled = {"eager": rounds * calls, "ort": rounds * calls + 1}
     return {
         "tokens": tokens,
         "batch": batch,

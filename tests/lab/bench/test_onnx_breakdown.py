@@ -12,17 +12,15 @@ pytest.importorskip("onnxscript")
 
 import onnx
 
+from nystrom.convert.onnx_graph import all_graphs
 from nystrom_lab.bench import onnx_breakdown as bd
 
 
 def test_linear_nodes_are_the_weight_products_and_their_biases(tiny_onnx_folder):
     model = onnx.load(str(tiny_onnx_folder / "model.onnx"), load_external_data=False)
     names = bd.linear_nodes(model)
-    graphs, found = [model.graph], collections.Counter()
-    while graphs:  # every subgraph: the If's two branches and each layer's Scan body
-        g = graphs.pop()
-        found.update(n.op_type for n in g.node if n.name in names)
-        graphs += [a.g for n in g.node for a in n.attribute if a.type == a.GRAPH]
+    # every subgraph: the If's two branches and each layer's Scan body
+    found = collections.Counter(n.op_type for g in all_graphs(model.graph) for n in g.node if n.name in names)
     # per branch and layer: q, k, v products (3 MatMul), q's and v's biases (2 Add; k's is left out), the
     # output projection and the FFN's two (3 Gemm); and one pooler Gemm per branch
     assert found == {"MatMul": 2 * 2 * 3, "Add": 2 * 2 * 2, "Gemm": 2 * 2 * 3 + 2}
